@@ -1,0 +1,1 @@
+"""Everything that does I/O: model steps, tool calls, the transcript store, the providers."""

@@ -1,0 +1,128 @@
+"""Assembling what a model step sees, and the assistant message a turn leaves behind.
+
+Both are rebuilt from the transcript store on demand, which is what keeps workflow history
+independent of conversation size: activities receive ids, never the context.
+"""
+
+from __future__ import annotations
+
+from activities.store import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
+from durable_turns.contract import CONTINUE_PROMPT
+from durable_turns.messages import (
+    Message,
+    Part,
+    ReasoningPart,
+    StepStartPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+from hooks.types import StepResult, TurnConfig
+
+
+def assistant_message_id(turn_id: str) -> str:
+    return f"{turn_id}/assistant"
+
+
+def continue_prompt(turn_id: str) -> Message:
+    """The ephemeral user message of a continuation (never persisted)."""
+    return Message(id=f"{turn_id}/continue", role="user", parts=[TextPart(text=CONTINUE_PROMPT)])
+
+
+def tool_result_part(record: ToolResultRecord) -> ToolResultPart:
+    return ToolResultPart(
+        tool_call_id=record.tool_call_id,
+        tool_name=record.tool_name,
+        output=record.output,
+        is_error=record.is_error,
+    )
+
+
+def assistant_parts(steps: list[StepRecord], results: dict[str, ToolResultRecord]) -> list[Part]:
+    """One turn's parts: per step, a step-start, its output, then its tool results."""
+    parts: list[Part] = []
+    for step in steps:
+        parts.append(StepStartPart())
+        parts.extend(step.parts)
+        for part in step.parts:
+            if isinstance(part, ToolCallPart) and part.tool_call_id in results:
+                parts.append(tool_result_part(results[part.tool_call_id]))
+    return parts
+
+
+def assistant_message(
+    turn: TurnRecord,
+    steps: list[StepRecord],
+    results: dict[str, ToolResultRecord],
+    status: str = "completed",
+) -> Message:
+    return Message(
+        id=assistant_message_id(turn.turn_id),
+        role="assistant",
+        parts=assistant_parts(steps, results),
+        metadata={
+            "turn_number": turn.turn_number,
+            "request_id": turn.request_id,
+            "continuation": turn.continuation,
+            "status": status,
+        },
+    )
+
+
+def message_text(message: Message) -> str:
+    """The text of a turn's message, its steps separated by a blank line."""
+    chunks: list[str] = []
+    current = ""
+    for part in message.parts:
+        if isinstance(part, StepStartPart):
+            if current:
+                chunks.append(current)
+            current = ""
+        elif isinstance(part, TextPart):
+            current += part.text
+    if current:
+        chunks.append(current)
+    return "\n\n".join(c.strip() for c in chunks if c.strip())
+
+
+def step_result(step: StepRecord, results: dict[str, ToolResultRecord]) -> StepResult:
+    calls = [p for p in step.parts if isinstance(p, ToolCallPart)]
+    return StepResult(
+        step_number=step.step,
+        text="".join(p.text for p in step.parts if isinstance(p, TextPart)),
+        reasoning=[p for p in step.parts if isinstance(p, ReasoningPart)],
+        tool_calls=calls,
+        tool_results=[tool_result_part(results[c.tool_call_id]) for c in calls if c.tool_call_id in results],
+        finish_reason=step.finish_reason,
+        raw_finish_reason=step.raw_finish_reason,
+        usage=step.usage,
+        provider_metadata=step.provider_metadata,
+        warnings=step.warnings,
+        response=step.response,
+    )
+
+
+async def base_messages(store: TranscriptStore, turn: TurnRecord) -> list[Message]:
+    """The context before this turn's own output: the transcript, or before_turn's override."""
+    config = TurnConfig.model_validate(turn.config)
+    if config.messages is not None:
+        messages = list(config.messages)
+    else:
+        own = assistant_message_id(turn.turn_id)
+        messages = [m for m in await store.messages(turn.conversation_id) if m.id != own]
+    if turn.continuation and messages and messages[-1].role == "assistant":
+        messages.append(continue_prompt(turn.turn_id))
+    return messages
+
+
+async def step_messages(
+    store: TranscriptStore,
+    turn: TurnRecord,
+    steps: list[StepRecord],
+    results: dict[str, ToolResultRecord],
+) -> list[Message]:
+    """The messages a model step sends: the base context plus this turn's steps so far."""
+    messages = await base_messages(store, turn)
+    if steps:
+        messages.append(assistant_message(turn, steps, results, status="running"))
+    return messages

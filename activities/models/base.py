@@ -1,0 +1,93 @@
+"""The model provider interface, and the typed errors every provider raises.
+
+A provider turns a ``ModelRequest`` (provider-neutral messages, tools, settings) into a
+stream of ``StreamPart``s ending with one ``FinishChunk``. Providers never retry
+(SDK retries are off): they raise ``ProviderError`` and Temporal owns the retries, so each
+attempt is visible in history.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from durable_turns.messages import Message, StreamPart
+from hooks.types import ToolChoice, ToolSpec
+
+ErrorKind = Literal["transient", "context_overflow", "auth", "invalid_request", "fatal"]
+
+
+class ProviderError(Exception):
+    """A provider call failed. ``kind`` says what the engine should do with it.
+
+    * transient: 408/409/429/5xx, overloaded, connection errors; retried after ``retry_after``
+    * context_overflow: the prompt is too long; goes to ``classify_chat_error``
+    * auth / invalid_request / fatal: not retried; reaches ``on_chat_error``
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: ErrorKind = "fatal",
+        status: int | None = None,
+        retry_after: float | None = None,
+        provider: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status
+        self.retry_after = retry_after
+        self.provider = provider
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind == "transient"
+
+
+class ModelRequest(BaseModel):
+    """One model call: everything a provider needs, nothing it has to look up."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    model: str
+    """The model name without the provider prefix."""
+    system: str = ""
+    messages: list[Message] = Field(default_factory=list)
+    tools: list[ToolSpec] = Field(default_factory=list)
+    tool_choice: ToolChoice | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    stop_sequences: list[str] | None = None
+    seed: int | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    provider_options: dict[str, Any] = Field(default_factory=dict)
+    output_schema: dict[str, Any] | None = None
+    send_reasoning: bool = True
+    cached_prompt: bool = False
+    attempt: int = 1
+    """The activity attempt (1-based); the demo provider scripts failures with it."""
+
+
+class ModelProvider(abc.ABC):
+    """Streams one model step. Implementations: demo, anthropic, openai."""
+
+    name: str = ""
+
+    @abc.abstractmethod
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamPart]:
+        """Yield the step's parts, ending with a ``FinishChunk``; raise ``ProviderError``."""
+
+    def count_tokens(self, system: str, messages: list[Message]) -> int:
+        """Estimate the prompt's tokens (about four characters a token by default)."""
+        return (len(system) + sum(len(m.model_dump_json()) for m in messages)) // 4
+
+    async def aclose(self) -> None:
+        """Release clients (HTTP connection pools)."""

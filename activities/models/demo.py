@@ -1,0 +1,217 @@
+"""The ``demo:`` provider: an offline, scripted stand-in. It is not a language model.
+
+``demo:<name>`` plays a built-in script (``weather``, ``parallel``, ``echo``);
+``demo:<path.json>`` plays a script file. A script is a list of steps (or
+``{"steps": [...]}``, or ``{"turns": [[...], [...]]}`` for one list per user turn). Each step
+may have:
+
+* ``text``: streamed word by word; ``{user}``, ``{tool_result}`` and ``{city}`` are filled in
+* ``reasoning``: streamed as reasoning deltas before the text
+* ``tool_calls``: ``[{"name": ..., "input": {...}, "id": optional}]``
+* ``delay_ms``: pause before each chunk (lets tests crash a worker mid-stream)
+* ``stall_s`` (+ ``stall_after_chunks``): stop sending chunks for that long
+* ``error``: ``{"message": ..., "status": 529, "kind": "transient", "after_chunks": 0}``
+* ``attempts``: the stall or error applies only to activity attempts up to this number
+* ``usage``: ``{"input_tokens": ...}`` overrides the estimated usage
+
+Which step plays is the number of model steps already taken since the last user message,
+so a multi-step turn walks the script, and a continuation goes on where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from activities.models.base import ModelProvider, ModelRequest, ProviderError
+from durable_turns.contract import CONTINUE_PROMPT
+from durable_turns.messages import (
+    FinishChunk,
+    Message,
+    ReasoningDelta,
+    ReasoningEnd,
+    StepStartPart,
+    StreamPart,
+    TextDelta,
+    ToolCallChunk,
+    ToolInputDelta,
+    ToolInputStart,
+    ToolResultPart,
+    Usage,
+)
+
+BUILTIN_SCRIPTS: dict[str, list[dict[str, Any]]] = {
+    "weather": [
+        {
+            "text": "Let me check the weather in {city}.",
+            "tool_calls": [{"name": "get_weather", "input": {"city": "{city}"}}],
+        },
+        {"text": "Here is the forecast for {city}: {tool_result}."},
+    ],
+    "parallel": [
+        {
+            "text": "Checking two cities at once.",
+            "tool_calls": [
+                {"name": "get_weather", "input": {"city": "Paris"}},
+                {"name": "get_weather", "input": {"city": "London"}},
+            ],
+        },
+        {"text": "Both forecasts are in: {tool_results}."},
+    ],
+    "echo": [{"text": "You said: {user}"}],
+}
+
+_WORDS = re.compile(r"\S+\s*|\s+")
+_CITY = re.compile(r"\bin ([A-Z][\w-]*(?: [A-Z][\w-]*)*)")
+
+
+class DemoProvider(ModelProvider):
+    name = "demo"
+
+    def __init__(self) -> None:
+        self._files: dict[str, tuple[float, Any]] = {}
+
+    def _script(self, name: str) -> list[list[dict[str, Any]]]:
+        """The script as one list of steps per user turn (a single list repeats)."""
+        if name in BUILTIN_SCRIPTS:
+            data: Any = BUILTIN_SCRIPTS[name]
+        else:
+            path = Path(name)
+            if not path.is_file():
+                raise ProviderError(
+                    f"demo script {name!r} not found: use one of {sorted(BUILTIN_SCRIPTS)}"
+                    " or a path to a JSON script file",
+                    kind="invalid_request",
+                    provider="demo",
+                )
+            mtime = path.stat().st_mtime
+            cached = self._files.get(name)
+            if cached is None or cached[0] != mtime:
+                cached = (mtime, json.loads(path.read_text()))
+                self._files[name] = cached
+            data = cached[1]
+        if isinstance(data, dict) and "turns" in data:
+            return [list(t) for t in data["turns"]]
+        steps = data["steps"] if isinstance(data, dict) else data
+        return [list(steps)]
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamPart]:
+        turns = self._script(request.model)
+        user_turn, position = _position(request.messages)
+        steps = turns[min(user_turn, len(turns) - 1)]
+        step = steps[position] if position < len(steps) else {"text": "[demo script finished]"}
+        fills = _fills(request.messages)
+        applies = request.attempt <= int(step.get("attempts", 10**9))
+        delay = float(step.get("delay_ms", 0)) / 1000
+        error = step.get("error") if applies else None
+        stall_s = float(step.get("stall_s", 0)) if applies else 0.0
+        stall_at = int(step.get("stall_after_chunks", 0))
+        error_at = int((error or {}).get("after_chunks", 0))
+
+        chunks: list[StreamPart] = []
+        if step.get("reasoning"):
+            chunks += [ReasoningDelta(text=w) for w in _WORDS.findall(step["reasoning"])]
+            chunks.append(ReasoningEnd())
+        chunks += [TextDelta(text=w) for w in _WORDS.findall(_fill(step.get("text", ""), fills))]
+        for i, call in enumerate(step.get("tool_calls", [])):
+            call_id = call.get("id") or f"call_{len(request.messages)}_{position}_{i}"
+            args = json.dumps(_fill_json(call.get("input", {}), fills))
+            chunks.append(ToolInputStart(tool_call_id=call_id, tool_name=call["name"]))
+            chunks.append(ToolInputDelta(tool_call_id=call_id, delta=args))
+            chunks.append(
+                ToolCallChunk(tool_call_id=call_id, tool_name=call["name"], input=json.loads(args))
+            )
+
+        for index, chunk in enumerate(chunks):
+            if error and index == error_at:
+                raise _error(error)
+            if stall_s and index == stall_at:
+                await asyncio.sleep(stall_s)
+            if delay:
+                await asyncio.sleep(delay)
+            yield chunk
+        if error and error_at >= len(chunks):
+            raise _error(error)
+        if stall_s and stall_at >= len(chunks):
+            await asyncio.sleep(stall_s)
+
+        usage = Usage(
+            input_tokens=self.count_tokens(request.system, request.messages),
+            output_tokens=len(chunks),
+        )
+        usage = usage.model_copy(update=step.get("usage", {}))
+        usage.total_tokens = usage.input_tokens + usage.output_tokens
+        has_calls = any(isinstance(c, ToolCallChunk) for c in chunks)
+        yield FinishChunk(
+            finish_reason="tool-calls" if has_calls else "stop",
+            usage=usage,
+            response={"model": f"demo:{request.model}", "scripted": True},
+        )
+
+
+def _error(spec: dict[str, Any]) -> ProviderError:
+    status = spec.get("status")
+    kind = spec.get("kind") or ("transient" if status in (408, 409, 429, 529) else "fatal")
+    if status and status >= 500 and "kind" not in spec:
+        kind = "transient"
+    return ProviderError(
+        spec.get("message", "demo error"),
+        kind=kind,
+        status=status,
+        retry_after=spec.get("retry_after"),
+        provider="demo",
+    )
+
+
+def _is_real_user(message: Message) -> bool:
+    return message.role == "user" and message.text != CONTINUE_PROMPT
+
+
+def _position(messages: list[Message]) -> tuple[int, int]:
+    """(index of the current user turn, model steps taken since its user message)."""
+    user_turns = sum(1 for m in messages if _is_real_user(m))
+    steps = 0
+    for message in reversed(messages):
+        if _is_real_user(message):
+            break
+        if message.role == "assistant":
+            steps += max(1, sum(isinstance(p, StepStartPart) for p in message.parts))
+    return max(user_turns - 1, 0), steps
+
+
+def _fills(messages: list[Message]) -> dict[str, str]:
+    user = next((m.text for m in reversed(messages) if _is_real_user(m)), "")
+    results = [
+        p for m in messages if m.role == "assistant" for p in m.parts if isinstance(p, ToolResultPart)
+    ]
+    city = _CITY.search(user)
+
+    def show(value: Any) -> str:
+        return value if isinstance(value, str) else json.dumps(value)
+
+    return {
+        "user": user,
+        "city": city.group(1) if city else "Paris",
+        "tool_result": show(results[-1].output) if results else "",
+        "tool_results": "; ".join(show(r.output) for r in results[-4:]),
+    }
+
+
+def _fill(text: str, fills: dict[str, str]) -> str:
+    for key, value in fills.items():
+        text = text.replace("{" + key + "}", value)
+    return text
+
+
+def _fill_json(value: Any, fills: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        return _fill(value, fills)
+    if isinstance(value, dict):
+        return {k: _fill_json(v, fills) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_fill_json(v, fills) for v in value]
+    return value

@@ -1,0 +1,28 @@
+"""Transcript stores, chosen by URL: ``sqlite:///path/file.db`` or ``postgresql://…``."""
+
+from __future__ import annotations
+
+from activities.store.base import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
+
+
+def open_store(url: str) -> TranscriptStore:
+    """Build (not yet open) the store a URL names."""
+    if url.startswith("sqlite://"):
+        from activities.store.sqlite import SQLiteStore
+
+        path = url.removeprefix("sqlite://")
+        if path.startswith("/"):  # sqlite:///rel.db is relative, sqlite:////abs.db absolute
+            path = path[1:]
+        return SQLiteStore(path or ":memory:")
+    if url.startswith(("postgres://", "postgresql://")):
+        try:
+            from activities.store.postgres import PostgresStore  # type: ignore[import-not-found]
+        except ImportError as e:  # pragma: no cover - depends on the install
+            raise ValueError(
+                "a PostgreSQL store needs the 'postgres' extra: pip install 'durable-turns[postgres]'"
+            ) from e
+        return PostgresStore(url)  # type: ignore[no-any-return]
+    raise ValueError(f"unknown transcript store URL {url!r}: use sqlite:///PATH or postgresql://…")
+
+
+__all__ = ["StepRecord", "ToolResultRecord", "TranscriptStore", "TurnRecord", "open_store"]

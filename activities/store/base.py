@@ -1,0 +1,119 @@
+"""The transcript store interface: the source of truth for messages.
+
+Temporal history holds decisions and small summaries; the store holds the transcript, each
+turn's recorded config, every step's output and every tool result. Every write is keyed
+(message id; turn id + run + step; tool call id) and idempotent, so a retried activity never
+duplicates anything: ``add_*``/``save_*`` keep the first write, ``put_*`` replaces it.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from durable_turns.messages import Message, Part, Usage
+
+
+class TurnRecord(BaseModel):
+    turn_id: str
+    conversation_id: str
+    turn_number: int
+    request_id: str
+    status: str = "running"
+    continuation: bool = False
+    body: dict[str, Any] = Field(default_factory=dict)
+    config: dict[str, Any] = Field(default_factory=dict)
+    """The TurnConfig that before_turn returned, with the engine's resolved defaults."""
+    run: int = 0
+    """Re-runs of the turn after a context compaction."""
+    error: dict[str, Any] | None = None
+
+
+class StepRecord(BaseModel):
+    step: int
+    run: int = 0
+    parts: list[Part] = Field(default_factory=list)
+    finish_reason: str = "stop"
+    raw_finish_reason: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    provider_metadata: dict[str, Any] | None = None
+    response: dict[str, Any] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+    model: str = ""
+
+
+class ToolResultRecord(BaseModel):
+    tool_call_id: str
+    tool_name: str
+    step: int
+    output: Any = None
+    is_error: bool = False
+    blocked: bool = False
+    duration_ms: float = 0.0
+
+
+class TranscriptStore(abc.ABC):
+    """Async, idempotent persistence for conversations. Implementations: SQLite, PostgreSQL."""
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Connect and create or migrate the schema."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    # messages
+    @abc.abstractmethod
+    async def add_messages(
+        self, conversation_id: str, messages: list[Message], turn_id: str | None = None
+    ) -> None:
+        """Append messages; a message whose id is already stored is left as it is."""
+
+    @abc.abstractmethod
+    async def put_message(
+        self, conversation_id: str, message: Message, turn_id: str | None = None
+    ) -> None:
+        """Insert or replace one message (keeps its position in the transcript)."""
+
+    @abc.abstractmethod
+    async def messages(self, conversation_id: str) -> list[Message]:
+        """The transcript, oldest first."""
+
+    # turns
+    @abc.abstractmethod
+    async def save_turn(self, turn: TurnRecord) -> None:
+        """Insert or replace a turn record."""
+
+    @abc.abstractmethod
+    async def get_turn(self, turn_id: str) -> TurnRecord | None: ...
+
+    @abc.abstractmethod
+    async def last_turn_number(self, conversation_id: str) -> int:
+        """The highest turn number stored for the conversation, 0 if none."""
+
+    # steps
+    @abc.abstractmethod
+    async def save_step(self, turn_id: str, step: StepRecord) -> StepRecord:
+        """Store a step's output unless one is stored already; return the stored one."""
+
+    @abc.abstractmethod
+    async def steps(self, turn_id: str, run: int) -> list[StepRecord]:
+        """The steps of one run of a turn, in order."""
+
+    # tool results
+    @abc.abstractmethod
+    async def save_tool_result(self, turn_id: str, result: ToolResultRecord) -> ToolResultRecord:
+        """Store a tool result unless one is stored for that call id; return the stored one."""
+
+    @abc.abstractmethod
+    async def tool_results(self, turn_id: str) -> dict[str, ToolResultRecord]:
+        """The tool results of a turn, by tool call id."""
+
+    async def __aenter__(self) -> TranscriptStore:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

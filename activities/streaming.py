@@ -1,0 +1,190 @@
+"""Consuming one model stream: accumulation, the stall watchdog and progress heartbeats.
+
+The per-chunk path is kept to a few microseconds: a monotonic-clock read, a throttled
+heartbeat, a pure ``accumulate`` and (only when a hook overrides it) ``on_chunk``. The stall
+watchdog is one background task that wakes a few times per timeout, instead of a timer per
+chunk; it also heartbeats while the stream is silent, so a live worker waiting for a slow
+first token is not mistaken for a dead one (the stall timeout decides that).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, assert_never
+
+from durable_turns.messages import (
+    FinishChunk,
+    Part,
+    RawChunk,
+    ReasoningDelta,
+    ReasoningEnd,
+    ReasoningPart,
+    SourcePart,
+    StreamPart,
+    TextDelta,
+    TextPart,
+    ToolCallChunk,
+    ToolCallPart,
+    ToolInputDelta,
+    ToolInputStart,
+    ToolResultChunk,
+)
+
+
+class StreamStalled(Exception):
+    """No chunk arrived for the stall timeout (the first chunk included)."""
+
+    def __init__(self, timeout_ms: int, chunks: int) -> None:
+        where = "before the first chunk" if chunks == 0 else f"after {chunks} chunks"
+        super().__init__(
+            f"Chat stream stalled: no activity for {timeout_ms}ms ({where});"
+            " the model request was aborted by the stall watchdog."
+        )
+        self.timeout_ms = timeout_ms
+        self.chunks = chunks
+
+
+@dataclass
+class StepSnapshot:
+    """What one model step has produced so far."""
+
+    parts: list[Part] = field(default_factory=list)
+    finish: FinishChunk | None = None
+    sources: list[SourcePart] = field(default_factory=list)
+    chunks: int = 0
+    _tool_inputs: dict[str, list[str]] = field(default_factory=dict)
+    _reasoning_closed: bool = False
+
+    @property
+    def text(self) -> str:
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+    @property
+    def tool_calls(self) -> list[ToolCallPart]:
+        return [p for p in self.parts if isinstance(p, ToolCallPart)]
+
+
+def accumulate(snapshot: StepSnapshot, chunk: StreamPart) -> StepSnapshot:
+    """Fold one stream part into the snapshot (in place, and returned)."""
+    parts = snapshot.parts
+    match chunk:
+        case TextDelta(text=text):
+            last = parts[-1] if parts else None
+            if isinstance(last, TextPart):
+                last.text += text
+            else:
+                parts.append(TextPart(text=text))
+        case ReasoningDelta():
+            last = parts[-1] if parts else None
+            if not isinstance(last, ReasoningPart) or snapshot._reasoning_closed:
+                last = ReasoningPart()
+                parts.append(last)
+                snapshot._reasoning_closed = False
+            last.text += chunk.text
+            if chunk.signature:
+                last.signature = (last.signature or "") + chunk.signature
+            if chunk.redacted_data:
+                last.redacted_data = chunk.redacted_data
+        case ReasoningEnd():
+            snapshot._reasoning_closed = True  # the next reasoning delta opens a new part
+        case ToolInputStart(tool_call_id=call_id):
+            snapshot._tool_inputs[call_id] = []
+        case ToolInputDelta(tool_call_id=call_id, delta=delta):
+            snapshot._tool_inputs.setdefault(call_id, []).append(delta)
+        case ToolCallChunk():
+            snapshot._tool_inputs.pop(chunk.tool_call_id, None)
+            parts.append(
+                ToolCallPart(
+                    tool_call_id=chunk.tool_call_id,
+                    tool_name=chunk.tool_name,
+                    input=chunk.input,
+                    provider_metadata=chunk.provider_metadata,
+                )
+            )
+        case SourcePart():
+            snapshot.sources.append(chunk)
+        case ToolResultChunk() | RawChunk():
+            pass
+        case FinishChunk():
+            snapshot.finish = chunk
+        case _:
+            assert_never(chunk)
+    snapshot.chunks += 1
+    return snapshot
+
+
+def parse_tool_input(raw: str) -> tuple[Any, str | None]:
+    """Parse streamed tool-call arguments: (value, None) or (raw text, error)."""
+    if not raw.strip():
+        return {}, None
+    try:
+        return json.loads(raw), None
+    except json.JSONDecodeError as e:
+        return raw, f"tool input is not valid JSON: {e}"
+
+
+OnChunk = Callable[[StreamPart], Awaitable[None]]
+Heartbeat = Callable[..., None]
+
+
+async def consume(
+    stream: AsyncIterator[StreamPart],
+    *,
+    stall_timeout_ms: int,
+    heartbeat: Heartbeat,
+    heartbeat_every_s: float,
+    on_chunk: OnChunk | None = None,
+    snapshot: StepSnapshot | None = None,
+) -> StepSnapshot:
+    """Drive ``stream`` to its end into a snapshot; raise ``StreamStalled`` on silence."""
+    snap = snapshot if snapshot is not None else StepSnapshot()
+    stall_s = stall_timeout_ms / 1000 if stall_timeout_ms > 0 else None
+    clock = time.monotonic
+    last_chunk = last_beat = clock()
+    main = asyncio.current_task()
+    assert main is not None
+    stalled = False
+
+    async def watchdog() -> None:
+        nonlocal stalled, last_beat
+        tick = min(heartbeat_every_s, stall_s / 4) if stall_s else heartbeat_every_s
+        while True:
+            await asyncio.sleep(tick)
+            now = clock()
+            if stall_s is not None and now - last_chunk > stall_s:
+                stalled = True
+                main.cancel()
+                return
+            if now - last_beat >= heartbeat_every_s:
+                heartbeat(snap.chunks)
+                last_beat = now
+
+    dog = asyncio.create_task(watchdog())
+    try:
+        async for chunk in stream:
+            now = clock()
+            last_chunk = now
+            if now - last_beat >= heartbeat_every_s:
+                heartbeat(snap.chunks)
+                last_beat = now
+            accumulate(snap, chunk)
+            if on_chunk is not None and not isinstance(chunk, FinishChunk):
+                await on_chunk(chunk)
+    except asyncio.CancelledError:
+        if stalled:
+            main.uncancel()
+            raise StreamStalled(stall_timeout_ms, snap.chunks) from None
+        raise
+    finally:
+        dog.cancel()
+        aclose = getattr(stream, "aclose", None)
+        if aclose is not None:
+            try:
+                await aclose()
+            except Exception:
+                pass
+    return snap

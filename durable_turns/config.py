@@ -1,0 +1,94 @@
+"""Configuration, read from the environment (and overridden by CLI flags).
+
+Every field has a safe default: with nothing set, a worker starts an embedded Temporal dev
+server, keeps its data under ``./.data`` and runs the offline ``demo:`` model.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+
+from durable_turns.contract import DEFAULT_MAX_STEPS, DEFAULT_MODEL, DEFAULT_TASK_QUEUE
+
+EMBEDDED_ADDRESS = "127.0.0.1:7233"
+EMBEDDED_UI_PORT = 8233
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    value = os.environ.get(name)
+    return value if value not in (None, "") else default
+
+
+@dataclass(frozen=True)
+class Settings:
+    temporal_address: str | None = None
+    """TEMPORAL_ADDRESS: a cluster to connect to; unset = the embedded dev server."""
+    namespace: str = "default"
+    """TEMPORAL_NAMESPACE."""
+    task_queue: str = DEFAULT_TASK_QUEUE
+    """TURNS_TASK_QUEUE."""
+    data_dir: Path = Path(".data")
+    """TURNS_DATA_DIR: the embedded server's and the SQLite store's files."""
+    store_url: str | None = None
+    """TURNS_STORE_URL: sqlite:///path or postgresql://…; default SQLite in data_dir."""
+    model: str = DEFAULT_MODEL
+    """TURNS_MODEL: the default ``provider:model`` id."""
+    max_steps: int = DEFAULT_MAX_STEPS
+    """TURNS_MAX_STEPS."""
+    tools: list[str] = field(default_factory=list)
+    """TURNS_TOOLS: comma-separated modules of tools (the demo tools are always there)."""
+    hooks: str | None = None
+    """TURNS_HOOKS: ``module:Class``, a TurnHooks subclass."""
+    stall_timeout_ms: int = 0
+    """TURNS_STALL_TIMEOUT_MS: the stream-stall watchdog's default (0 disables it)."""
+    heartbeat_timeout_s: float = 30.0
+    """TURNS_HEARTBEAT_TIMEOUT_S: how soon a dead worker's activity is retried elsewhere."""
+    step_timeout_s: float = 600.0
+    """TURNS_STEP_TIMEOUT_S: the longest one model step may take."""
+    model_retries: int = 2
+    """TURNS_MODEL_RETRIES: retries of a failed model step (TurnConfig.max_retries wins)."""
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        tools = _env("TURNS_TOOLS")
+        return cls(
+            temporal_address=_env("TEMPORAL_ADDRESS"),
+            namespace=_env("TEMPORAL_NAMESPACE", "default") or "default",
+            task_queue=_env("TURNS_TASK_QUEUE", DEFAULT_TASK_QUEUE) or DEFAULT_TASK_QUEUE,
+            data_dir=Path(_env("TURNS_DATA_DIR", ".data") or ".data"),
+            store_url=_env("TURNS_STORE_URL"),
+            model=_env("TURNS_MODEL", DEFAULT_MODEL) or DEFAULT_MODEL,
+            max_steps=int(_env("TURNS_MAX_STEPS", str(DEFAULT_MAX_STEPS)) or DEFAULT_MAX_STEPS),
+            tools=[t.strip() for t in tools.split(",") if t.strip()] if tools else [],
+            hooks=_env("TURNS_HOOKS"),
+            stall_timeout_ms=int(_env("TURNS_STALL_TIMEOUT_MS", "0") or 0),
+            heartbeat_timeout_s=float(_env("TURNS_HEARTBEAT_TIMEOUT_S", "30") or 30),
+            step_timeout_s=float(_env("TURNS_STEP_TIMEOUT_S", "600") or 600),
+            model_retries=int(_env("TURNS_MODEL_RETRIES", "2") or 2),
+        )
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 1:
+            raise ValueError("TURNS_MAX_STEPS must be at least 1")
+        if self.stall_timeout_ms < 0:
+            raise ValueError("TURNS_STALL_TIMEOUT_MS must be 0 (off) or positive")
+        if self.heartbeat_timeout_s <= 0:
+            raise ValueError("TURNS_HEARTBEAT_TIMEOUT_S must be positive")
+
+    @property
+    def embedded(self) -> bool:
+        return self.temporal_address is None
+
+    @property
+    def address(self) -> str:
+        return self.temporal_address or EMBEDDED_ADDRESS
+
+    @property
+    def resolved_store_url(self) -> str:
+        return self.store_url or f"sqlite:///{self.data_dir / 'transcripts.db'}"
+
+    def with_overrides(self, **changes: object) -> Settings:
+        known = {f.name for f in fields(self)}
+        return replace(self, **{k: v for k, v in changes.items() if k in known and v is not None})

