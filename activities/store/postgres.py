@@ -1,0 +1,328 @@
+"""PostgreSQL transcript store: the scale-out store for several worker machines.
+
+The SQLite store is one file on one machine; its WAL lets several worker *processes* on that
+machine share it, but not workers on several machines. When turns run on a fleet of workers
+(any of which may pick up any activity of any turn), they all need one transcript, and this
+store keeps it in PostgreSQL through an asyncpg connection pool.
+
+Semantics are those of :class:`~activities.store.sqlite.SQLiteStore`, enforced by keys and
+``ON CONFLICT`` so that retried or concurrent activities on different machines never
+duplicate a row:
+
+* ``messages``: ordered by a ``bigserial`` ``seq`` (insertion order), unique by
+  ``(conversation_id, id)``; ``add_messages`` inserts or ignores, ``put_message`` upserts and
+  keeps the message's original position.
+* ``turns``: keyed by ``turn_id``, upserted.
+* ``steps``: keyed by ``(turn_id, run, step)``; the first write wins and ``save_step``
+  returns the stored record.
+* ``tool_results``: keyed by ``(turn_id, tool_call_id)``; the first write wins.
+
+Bodies are stored as ``TEXT`` holding the JSON that pydantic wrote, not as ``JSONB``: the
+store never queries inside a body, so ``JSONB`` would only add a parse on every write and
+a re-serialisation on every read, and it would not round-trip every body. ``JSONB`` rejects
+the ``\\u0000`` escape (a NUL in a tool output or a model's text would make the write fail)
+and it rewrites key order and number formatting. ``TEXT`` returns exactly the bytes written.
+If a query ever needs to look inside bodies, a migration can add a ``JSONB`` column or an
+expression index.
+
+Schema. :meth:`PostgresStore.open` creates or migrates the schema. The ``schema_version``
+table records each applied migration from :data:`MIGRATIONS` (numbered from 1; append, never
+edit one that has shipped). All of ``open()`` runs in one transaction holding
+``pg_advisory_xact_lock``, so worker processes that start together serialise on it: the
+first applies the pending migrations, the rest find nothing to do. A database migrated
+by newer code than this (a version above the highest known here) is refused, rather
+than written to with an outdated idea of its tables.
+
+URLs: ``postgresql://user[:password]@host[:port]/database`` or ``postgres://…``, with any
+query parameters asyncpg accepts (``sslmode=…``). This store also reads ``schema=NAME``:
+the tables then live in that PostgreSQL schema (created if missing), so several
+deployments, or test runs, can share one database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import asyncpg
+
+from activities.store.base import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
+from durable_turns.messages import Message
+
+T = TypeVar("T")
+
+MIGRATIONS: list[tuple[int, str]] = [
+    (
+        1,
+        """
+        CREATE TABLE messages (
+            seq bigserial PRIMARY KEY,
+            conversation_id text NOT NULL,
+            id text NOT NULL,
+            role text NOT NULL,
+            turn_id text,
+            body text NOT NULL,
+            UNIQUE (conversation_id, id)
+        );
+        CREATE INDEX messages_by_conversation ON messages (conversation_id, seq);
+        CREATE TABLE turns (
+            turn_id text PRIMARY KEY,
+            conversation_id text NOT NULL,
+            turn_number integer NOT NULL,
+            body text NOT NULL
+        );
+        CREATE INDEX turns_by_conversation ON turns (conversation_id, turn_number);
+        CREATE TABLE steps (
+            turn_id text NOT NULL,
+            run integer NOT NULL,
+            step integer NOT NULL,
+            body text NOT NULL,
+            PRIMARY KEY (turn_id, run, step)
+        );
+        CREATE TABLE tool_results (
+            turn_id text NOT NULL,
+            tool_call_id text NOT NULL,
+            body text NOT NULL,
+            PRIMARY KEY (turn_id, tool_call_id)
+        );
+        """,
+    ),
+]
+"""Numbered schema migrations, applied in order; append new ones, never edit shipped ones."""
+
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+"""The schema version this code writes."""
+
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+_RETRIES = 5
+
+
+def _lock_key(schema: str | None) -> int:
+    """A stable signed 64-bit advisory lock key for migrating one schema."""
+    digest = hashlib.sha256(f"durable-turns:schema:{schema or ''}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _split_url(url: str) -> tuple[str, str | None]:
+    """Remove this store's own ``schema`` query parameter; return (asyncpg DSN, schema)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("postgres", "postgresql"):
+        raise ValueError(f"not a PostgreSQL URL: {url!r}")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [v for k, v in query if k == "schema"]
+    rest = [(k, v) for k, v in query if k != "schema"]
+    return urlunsplit(parts._replace(query=urlencode(rest))), (schemas[-1] if schemas else None)
+
+
+class PostgresStore(TranscriptStore):
+    """Transcript store on PostgreSQL (asyncpg pool); see the module docstring."""
+
+    def __init__(
+        self, url: str, *, schema: str | None = None, min_size: int = 1, max_size: int = 10
+    ) -> None:
+        self.dsn, url_schema = _split_url(url)
+        self.schema = schema or url_schema or None
+        if self.schema is not None and not _SCHEMA_NAME.fullmatch(self.schema):
+            raise ValueError(f"invalid PostgreSQL schema name {self.schema!r}")
+        self.min_size = min_size
+        self.max_size = max_size
+        self._pool: asyncpg.Pool | None = None
+
+    def __repr__(self) -> str:
+        parts = urlsplit(self.dsn)  # without the user and password
+        where = parts.netloc.rpartition("@")[2] + parts.path
+        return f"PostgresStore({where!r}, schema={self.schema!r})"
+
+    # lifecycle
+    async def open(self) -> None:
+        if self._pool is not None:
+            return
+        settings = {"search_path": f'"{self.schema}"'} if self.schema else None
+        pool = await asyncpg.create_pool(
+            self.dsn, min_size=self.min_size, max_size=self.max_size, server_settings=settings
+        )
+        try:
+            async with pool.acquire() as conn:
+                await self._migrate(conn)
+        except BaseException:
+            await pool.close()
+            raise
+        self._pool = pool
+
+    async def _migrate(self, conn: asyncpg.Connection) -> None:
+        async with conn.transaction():
+            await conn.execute("SELECT pg_advisory_xact_lock($1::bigint)", _lock_key(self.schema))
+            if self.schema is not None:
+                exists = await conn.fetchval(
+                    "SELECT 1 FROM pg_namespace WHERE nspname = $1", self.schema
+                )
+                if not exists:
+                    await conn.execute(f'CREATE SCHEMA "{self.schema}"')
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS schema_version ("
+                " version integer PRIMARY KEY,"
+                " applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            current = await conn.fetchval("SELECT COALESCE(MAX(version), 0) FROM schema_version")
+            if current > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"the transcript store schema is at version {current}, newer than this"
+                    f" code's {SCHEMA_VERSION}: upgrade durable-turns on this worker"
+                )
+            for version, sql in MIGRATIONS:
+                if version > current:
+                    await conn.execute(sql)
+                    await conn.execute(
+                        "INSERT INTO schema_version (version) VALUES ($1)", version
+                    )
+
+    async def close(self) -> None:
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.close()
+
+    @property
+    def pool(self) -> asyncpg.Pool:
+        if self._pool is None:
+            raise RuntimeError("PostgresStore is not open")
+        return self._pool
+
+    async def schema_version(self) -> int:
+        """The schema version recorded in the database."""
+        return int(await self.pool.fetchval("SELECT COALESCE(MAX(version), 0) FROM schema_version"))
+
+    async def _retry(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        """Run a transaction, again if PostgreSQL aborted it to break a deadlock.
+
+        Two concurrent batches inserting the same message ids in different orders can
+        deadlock; every write here is idempotent, so rerunning the loser is safe.
+        """
+        for attempt in range(_RETRIES):
+            try:
+                async with self.pool.acquire() as conn, conn.transaction():
+                    return await fn(conn)
+            except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError):
+                if attempt == _RETRIES - 1:
+                    raise
+                await asyncio.sleep(0.01 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    # messages
+    async def add_messages(
+        self, conversation_id: str, messages: list[Message], turn_id: str | None = None
+    ) -> None:
+        if not messages:
+            return
+        rows = [(conversation_id, m.id, m.role, turn_id, m.model_dump_json()) for m in messages]
+
+        async def insert(conn: asyncpg.Connection) -> None:
+            await conn.executemany(
+                "INSERT INTO messages (conversation_id, id, role, turn_id, body)"
+                " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (conversation_id, id) DO NOTHING",
+                rows,
+            )
+
+        await self._retry(insert)
+
+    async def put_message(
+        self, conversation_id: str, message: Message, turn_id: str | None = None
+    ) -> None:
+        await self.pool.execute(
+            "INSERT INTO messages (conversation_id, id, role, turn_id, body)"
+            " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (conversation_id, id)"
+            " DO UPDATE SET body = excluded.body, role = excluded.role",
+            conversation_id,
+            message.id,
+            message.role,
+            turn_id,
+            message.model_dump_json(),
+        )
+
+    async def messages(self, conversation_id: str) -> list[Message]:
+        rows = await self.pool.fetch(
+            "SELECT body FROM messages WHERE conversation_id = $1 ORDER BY seq", conversation_id
+        )
+        return [Message.model_validate_json(r["body"]) for r in rows]
+
+    # turns
+    async def save_turn(self, turn: TurnRecord) -> None:
+        await self.pool.execute(
+            "INSERT INTO turns (turn_id, conversation_id, turn_number, body)"
+            " VALUES ($1, $2, $3, $4) ON CONFLICT (turn_id) DO UPDATE SET"
+            " conversation_id = excluded.conversation_id,"
+            " turn_number = excluded.turn_number, body = excluded.body",
+            turn.turn_id,
+            turn.conversation_id,
+            turn.turn_number,
+            turn.model_dump_json(),
+        )
+
+    async def get_turn(self, turn_id: str) -> TurnRecord | None:
+        body = await self.pool.fetchval("SELECT body FROM turns WHERE turn_id = $1", turn_id)
+        return TurnRecord.model_validate_json(body) if body is not None else None
+
+    async def last_turn_number(self, conversation_id: str) -> int:
+        value = await self.pool.fetchval(
+            "SELECT COALESCE(MAX(turn_number), 0) FROM turns WHERE conversation_id = $1",
+            conversation_id,
+        )
+        return int(value)
+
+    # steps
+    async def save_step(self, turn_id: str, step: StepRecord) -> StepRecord:
+        # Two statements, not one: after waiting on a concurrent insert of the same key,
+        # ON CONFLICT DO NOTHING returns no row, and only a new statement's snapshot (read
+        # committed) sees the row the other transaction committed.
+        body = await self.pool.fetchval(
+            "INSERT INTO steps (turn_id, run, step, body) VALUES ($1, $2, $3, $4)"
+            " ON CONFLICT (turn_id, run, step) DO NOTHING RETURNING body",
+            turn_id,
+            step.run,
+            step.step,
+            step.model_dump_json(),
+        )
+        if body is None:
+            body = await self.pool.fetchval(
+                "SELECT body FROM steps WHERE turn_id = $1 AND run = $2 AND step = $3",
+                turn_id,
+                step.run,
+                step.step,
+            )
+        return StepRecord.model_validate_json(body)
+
+    async def steps(self, turn_id: str, run: int) -> list[StepRecord]:
+        rows = await self.pool.fetch(
+            "SELECT body FROM steps WHERE turn_id = $1 AND run = $2 ORDER BY step", turn_id, run
+        )
+        return [StepRecord.model_validate_json(r["body"]) for r in rows]
+
+    # tool results
+    async def save_tool_result(self, turn_id: str, result: ToolResultRecord) -> ToolResultRecord:
+        body = await self.pool.fetchval(
+            "INSERT INTO tool_results (turn_id, tool_call_id, body) VALUES ($1, $2, $3)"
+            " ON CONFLICT (turn_id, tool_call_id) DO NOTHING RETURNING body",
+            turn_id,
+            result.tool_call_id,
+            result.model_dump_json(),
+        )
+        if body is None:
+            body = await self.pool.fetchval(
+                "SELECT body FROM tool_results WHERE turn_id = $1 AND tool_call_id = $2",
+                turn_id,
+                result.tool_call_id,
+            )
+        return ToolResultRecord.model_validate_json(body)
+
+    async def tool_results(self, turn_id: str) -> dict[str, ToolResultRecord]:
+        rows = await self.pool.fetch(
+            "SELECT body FROM tool_results WHERE turn_id = $1 ORDER BY tool_call_id", turn_id
+        )
+        records = [ToolResultRecord.model_validate_json(r["body"]) for r in rows]
+        return {r.tool_call_id: r for r in records}
+
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PostgresStore"]

@@ -1,0 +1,180 @@
+"""The ``turns`` command line.
+
+    turns demo                          run the offline demo end to end, then clean up
+    turns worker [--tools M] [--hooks M:C]   run a worker (embedded server if no TEMPORAL_ADDRESS)
+    turns server                        run only the embedded Temporal dev server
+    turns chat CONV "message" [--model ID]   run a turn and print the reply
+    turns continue CONV                 continue the last assistant message
+    turns cancel CONV [--request ID]    cancel a queued request or the running turn
+    turns state CONV                    the conversation's state as JSON
+    turns transcript CONV               the stored messages
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import uuid
+from typing import Any
+
+from durable_turns.config import Settings
+from durable_turns.contract import TurnResult
+from durable_turns.devserver import EmbeddedServer, port_open
+
+
+def _print_result(result: TurnResult) -> None:
+    if result.text:
+        print(result.text)
+    line = f"[turn {result.turn_number} · {result.status} · {result.steps} step(s) · {result.workflow_id}]"
+    if result.error:
+        line += f"\nerror ({result.error.type}): {result.error.message}"
+    print(line, file=sys.stderr if result.status != "completed" else sys.stdout)
+
+
+async def _client(settings: Settings):  # type: ignore[no-untyped-def]
+    from durable_turns.client import TurnsClient
+
+    if settings.embedded and not port_open("127.0.0.1", 7233):
+        sys.exit(
+            "no Temporal server at 127.0.0.1:7233: start a worker first (`turns worker`),"
+            " or set TEMPORAL_ADDRESS"
+        )
+    return await TurnsClient.connect(settings)
+
+
+async def chat(args: argparse.Namespace, settings: Settings) -> int:
+    client = await _client(settings)
+    body = json.loads(args.body) if args.body else None
+    result = await client.send(args.conversation, args.message, model=args.model, body=body)
+    _print_result(result)
+    return 0 if result.status == "completed" else 1
+
+
+async def continue_turn(args: argparse.Namespace, settings: Settings) -> int:
+    client = await _client(settings)
+    request_id = await client.continue_last_turn(args.conversation)
+    result = await client.wait(args.conversation, request_id)
+    _print_result(result)
+    return 0 if result.status in ("completed", "skipped") else 1
+
+
+async def cancel(args: argparse.Namespace, settings: Settings) -> int:
+    client = await _client(settings)
+    await client.cancel(args.conversation, args.request)
+    print("cancel requested")
+    return 0
+
+
+async def state(args: argparse.Namespace, settings: Settings) -> int:
+    client = await _client(settings)
+    print((await client.state(args.conversation)).model_dump_json(indent=2))
+    return 0
+
+
+async def transcript(args: argparse.Namespace, settings: Settings) -> int:
+    from activities.store import open_store
+
+    async with open_store(settings.resolved_store_url) as store:
+        for message in await store.messages(args.conversation):
+            if args.json:
+                print(message.model_dump_json())
+                continue
+            print(f"--- {message.role} ({message.id})")
+            for part in message.parts:
+                print(_describe(part.model_dump()))
+    return 0
+
+
+def _describe(part: dict[str, Any]) -> str:
+    kind = part["type"]
+    if kind == "text":
+        return str(part["text"])
+    if kind == "reasoning":
+        return f"  (reasoning) {part['text']}"
+    if kind == "tool-call":
+        return f"  → {part['tool_name']}({json.dumps(part['input'])}) [{part['tool_call_id']}]"
+    if kind == "tool-result":
+        flag = " (error)" if part["is_error"] else ""
+        return f"  ← {part['tool_name']}{flag}: {json.dumps(part['output'])}"
+    if kind == "step-start":
+        return "  · step"
+    return f"  ({kind})"
+
+
+async def server(args: argparse.Namespace, settings: Settings) -> int:
+    srv = EmbeddedServer(settings.data_dir)
+    await srv.start()
+    print(f"Temporal dev server on {srv.address}; UI at {srv.ui_url}. Ctrl-C stops it.", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        srv.stop()
+    return 0
+
+
+async def demo(args: argparse.Namespace, settings: Settings) -> int:
+    from durable_turns.demo import run_demo
+
+    return await run_demo(settings, keep=args.keep)
+
+
+def parser() -> argparse.ArgumentParser:
+    import worker
+
+    p = argparse.ArgumentParser(prog="turns", description="durable-turns: every chat turn a Temporal workflow")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    w = sub.add_parser("worker", help="run a worker")
+    worker.add_worker_arguments(w)
+    sub.add_parser("server", help="run only the embedded Temporal dev server")
+    d = sub.add_parser("demo", help="run the offline demo end to end")
+    d.add_argument("--keep", action="store_true", help="keep the server and UI up until Ctrl-C")
+
+    c = sub.add_parser("chat", help="run a turn and print the reply")
+    c.add_argument("conversation")
+    c.add_argument("message")
+    c.add_argument("--model", help="provider:model id for this turn")
+    c.add_argument("--body", help="JSON object passed to the hooks as TurnContext.body")
+    k = sub.add_parser("continue", help="continue the last assistant message")
+    k.add_argument("conversation")
+    x = sub.add_parser("cancel", help="cancel a request or the running turn")
+    x.add_argument("conversation")
+    x.add_argument("--request", help="request id (default: the running turn)")
+    s = sub.add_parser("state", help="show a conversation's state")
+    s.add_argument("conversation")
+    t = sub.add_parser("transcript", help="show a conversation's stored messages")
+    t.add_argument("conversation")
+    t.add_argument("--json", action="store_true", help="one JSON message per line")
+    return p
+
+
+COMMANDS = {
+    "chat": chat,
+    "continue": continue_turn,
+    "cancel": cancel,
+    "state": state,
+    "transcript": transcript,
+    "server": server,
+    "demo": demo,
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    if args.command == "worker":
+        import worker
+
+        worker.main(argv[1:] if argv else sys.argv[2:])
+        return
+    settings = Settings.from_env()
+    try:
+        code = asyncio.run(COMMANDS[args.command](args, settings))
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
+
+def new_conversation_id(prefix: str = "conv") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,156 @@
+"""The Python client API for application backends.
+
+    client = await TurnsClient.connect()
+    result = await client.send("conv-1", "What's the weather in Paris?")
+    print(result.text)
+
+Everything here is also reachable from any Temporal client by the wire names of
+``durable_turns.contract``; this module only makes the common calls one line each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from durable_turns.config import Settings
+from durable_turns.contract import (
+    CONVERSATION_WORKFLOW,
+    QUERY_STATE,
+    SIGNAL_CANCEL,
+    SIGNAL_CONTINUE,
+    SIGNAL_SUBMIT,
+    UPDATE_SEND,
+    ConversationState,
+    TurnResult,
+    turn_workflow_id,
+)
+from durable_turns.messages import Message, user_message
+
+FINAL = ("completed", "error", "aborted", "skipped", "rejected")
+
+
+class TurnsClient:
+    def __init__(self, client: Client, task_queue: str) -> None:
+        self.client = client
+        self.task_queue = task_queue
+
+    @classmethod
+    async def connect(cls, settings: Settings | None = None) -> TurnsClient:
+        settings = settings or Settings.from_env()
+        client = await Client.connect(
+            settings.address, namespace=settings.namespace, data_converter=pydantic_data_converter
+        )
+        return cls(client, settings.task_queue)
+
+    def conversation(self, conversation_id: str) -> WorkflowHandle[Any, Any]:
+        return self.client.get_workflow_handle(conversation_id)
+
+    @staticmethod
+    def request(
+        content: str | list[Message],
+        *,
+        model: str | None = None,
+        body: dict[str, Any] | None = None,
+        request_id: str | None = None,
+    ) -> dict[str, Any]:
+        """The JSON of a ``submitMessages``/``sendMessage`` request."""
+        messages = [user_message(content)] if isinstance(content, str) else content
+        return {
+            "messages": [m.model_dump(mode="json") for m in messages],
+            "request_id": request_id or str(uuid.uuid4()),
+            "body": body or {},
+            "model": model,
+        }
+
+    async def send(
+        self,
+        conversation_id: str,
+        content: str | list[Message],
+        *,
+        model: str | None = None,
+        body: dict[str, Any] | None = None,
+        request_id: str | None = None,
+    ) -> TurnResult:
+        """Submit messages and wait for the turn's result (update-with-start)."""
+        op = WithStartWorkflowOperation(
+            CONVERSATION_WORKFLOW,
+            id=conversation_id,
+            task_queue=self.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+        return await self.client.execute_update_with_start_workflow(
+            UPDATE_SEND,
+            self.request(content, model=model, body=body, request_id=request_id),
+            start_workflow_operation=op,
+            result_type=TurnResult,
+        )
+
+    async def submit(
+        self,
+        conversation_id: str,
+        content: str | list[Message],
+        *,
+        model: str | None = None,
+        body: dict[str, Any] | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Queue messages without waiting (signal-with-start); returns the request id."""
+        req = self.request(content, model=model, body=body, request_id=request_id)
+        await self._signal_with_start(conversation_id, SIGNAL_SUBMIT, req)
+        return str(req["request_id"])
+
+    async def continue_last_turn(
+        self, conversation_id: str, *, body: dict[str, Any] | None = None, request_id: str | None = None
+    ) -> str:
+        request_id = request_id or str(uuid.uuid4())
+        payload: dict[str, Any] = {"request_id": request_id}
+        if body is not None:
+            payload["body"] = body
+        await self._signal_with_start(conversation_id, SIGNAL_CONTINUE, payload)
+        return request_id
+
+    async def cancel(self, conversation_id: str, request_id: str | None = None) -> None:
+        await self.conversation(conversation_id).signal(SIGNAL_CANCEL, {"request_id": request_id})
+
+    async def state(self, conversation_id: str) -> ConversationState:
+        return await self.conversation(conversation_id).query(
+            QUERY_STATE, result_type=ConversationState
+        )
+
+    async def wait(self, conversation_id: str, request_id: str, poll_s: float = 0.1) -> TurnResult:
+        """The result of a submitted request, once its turn has run."""
+        while True:
+            state = await self.state(conversation_id)
+            records = [*state.recent, *([state.running] if state.running else [])]
+            record = next((r for r in records if r.request_id == request_id), None)
+            if record is not None and record.turn_number is not None:
+                handle = self.client.get_workflow_handle(
+                    turn_workflow_id(conversation_id, record.turn_number), result_type=TurnResult
+                )
+                return await handle.result()
+            if record is not None and record.status in FINAL:
+                return TurnResult(
+                    request_id=request_id,
+                    conversation_id=conversation_id,
+                    turn_number=0,
+                    workflow_id="",
+                    status="aborted" if record.status == "aborted" else "error",
+                    error=record.error,
+                )
+            await asyncio.sleep(poll_s)
+
+    async def _signal_with_start(self, conversation_id: str, signal: str, arg: Any) -> None:
+        await self.client.start_workflow(
+            CONVERSATION_WORKFLOW,
+            id=conversation_id,
+            task_queue=self.task_queue,
+            start_signal=signal,
+            start_signal_args=[arg],
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )

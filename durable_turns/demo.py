@@ -1,0 +1,53 @@
+"""``turns demo``: the whole engine on the embedded default, offline, in one command.
+
+It starts an embedded Temporal dev server (UI on :8233) and a worker, runs a conversation
+whose turn calls a tool and answers, prints the conversation and where to look at it, and
+stops everything again (or keeps it up with ``--keep``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from durable_turns.config import Settings
+from durable_turns.contract import turn_workflow_id
+
+QUESTIONS = ["What's the weather in Paris?", "And in Tokyo?"]
+
+
+async def run_demo(settings: Settings, keep: bool = False) -> int:
+    import worker
+    from durable_turns.client import TurnsClient
+
+    if not settings.embedded:
+        print(f"using the Temporal server at {settings.address} (TEMPORAL_ADDRESS)")
+    settings = settings.with_overrides(task_queue=f"{settings.task_queue}-demo")
+    conversation = f"demo-{uuid.uuid4().hex[:8]}"
+    async with worker.embedded_server_if_needed(settings) as server:
+        client = await worker.connect(settings)
+        await worker.check_search_attributes(client, settings.namespace)
+        async with worker.running_worker(client, settings):
+            turns = TurnsClient(client, settings.task_queue)
+            print(f"conversation {conversation}  (model {settings.model}: a scripted demo, not an LLM)\n")
+            for question in QUESTIONS:
+                print(f"user      > {question}")
+                result = await turns.send(conversation, question)
+                for line in result.text.splitlines():
+                    print(f"assistant > {line}" if line else "")
+                print(f"            [{result.status} · {result.steps} steps · workflow {result.workflow_id}]\n")
+            ui = server.ui_url if server else "your Temporal UI"
+            print("workflows:")
+            print(f"  ConversationWorkflow  {conversation}")
+            for n in range(1, len(QUESTIONS) + 1):
+                print(f"  TurnWorkflow          {turn_workflow_id(conversation, n)}")
+            print(f"\nTemporal UI: {ui}/namespaces/{settings.namespace}/workflows?query=ConversationId%3D%22{conversation}%22")
+            print(f"transcript:  turns transcript {conversation}")
+            if keep:
+                print("\nserver and worker keep running; Ctrl-C stops them.")
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    pass
+    print("demo finished; nothing left running." if not keep else "stopped.")
+    return 0

@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Set-up and the two front-door commands, with nothing but Python 3.11 and pip.
+
+    python3 scripts/dev.py demo     create .venv, install the project, run the offline demo
+    python3 scripts/dev.py test     the same set-up, then the whole test suite
+    python3 scripts/dev.py lint     ruff and mypy
+    python3 scripts/dev.py bench    the benchmarks
+
+The virtual environment is (re)installed only when pyproject.toml changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv"
+BIN = VENV / ("Scripts" if os.name == "nt" else "bin")
+PY = BIN / "python"
+
+
+def ensure_env() -> None:
+    if sys.version_info < (3, 11):
+        sys.exit("durable-turns needs Python 3.11 or newer")
+    if not PY.exists():
+        print("creating .venv …", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    stamp = VENV / ".installed"
+    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if not stamp.exists() or stamp.read_text() != digest:
+        print("installing durable-turns and its test tools into .venv …", flush=True)
+        subprocess.run(
+            [str(PY), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-e", ".[test]"],
+            cwd=ROOT,
+            check=True,
+        )
+        stamp.write_text(digest)
+
+
+def run(*cmd: str) -> int:
+    return subprocess.run(list(cmd), cwd=ROOT).returncode
+
+
+def main() -> None:
+    command = sys.argv[1] if len(sys.argv) > 1 else "help"
+    rest = sys.argv[2:]
+    if command not in ("demo", "test", "lint", "bench"):
+        sys.exit(__doc__)
+    ensure_env()
+    if command == "demo":
+        code = run(str(BIN / "turns"), "demo", *rest)
+    elif command == "test":
+        code = run(str(PY), "-m", "pytest", *rest)
+    elif command == "lint":
+        code = run(str(BIN / "ruff"), "check", ".") or run(str(BIN / "ruff"), "format", "--check", ".")
+        code = code or run(str(BIN / "mypy"))
+    else:
+        code = run(str(PY), "-m", "bench", *rest)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""One real Temporal dev server for the session; real worker processes per test."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from durable_turns.contract import SEARCH_ATTRIBUTES
+from durable_turns.devserver import FAST_DYNAMIC_CONFIG, temporal_binary
+from tests.support.harness import Harness
+
+# A model step adds a few KB of history; 64 KiB payload limits would catch a design that
+# ships the context through history, long before production's 2 MiB would.
+TEST_DYNAMIC_CONFIG = [*FAST_DYNAMIC_CONFIG]
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    extra: list[str] = []
+    for value in TEST_DYNAMIC_CONFIG:
+        extra += ["--dynamic-config-value", value]
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=temporal_binary(),
+        data_converter=pydantic_data_converter,
+        search_attributes=SEARCH_ATTRIBUTES,
+        dev_server_extra_args=extra,
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+def client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client
+
+
+@pytest.fixture(scope="session")
+def temporal_address(client: Client) -> str:
+    return client.service_client.config.target_host
+
+
+@pytest.fixture
+async def harness(client: Client, temporal_address: str, tmp_path: Path) -> AsyncIterator[Harness]:
+    h = Harness(client, temporal_address, tmp_path)
+    try:
+        yield h
+    finally:
+        await h.close()
+
+
+# temporalio on Python 3.11 can crash at interpreter exit after everything passed
+# (sdk-python#300): leave with the session's status before the runtime is torn down.
+_status: dict[str, int] = {}
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _status["code"] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if "code" in _status:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_status["code"])

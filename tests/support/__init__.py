@@ -1,0 +1,1 @@
+"""Helpers the tests share: worker processes, scripts, tools and recording hooks."""
