@@ -20,13 +20,13 @@ from collections.abc import AsyncIterator
 
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.models import ModelRegistry
 from activities.store import TranscriptStore, open_store
 from activities.turn_activities import TurnActivities
+from durable_turns.codec import data_converter_from_env
 from durable_turns.config import Settings
 from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import EmbeddedServer
@@ -83,7 +83,7 @@ def build_models(settings: Settings) -> ModelRegistry:
 
 async def connect(settings: Settings) -> Client:
     return await Client.connect(
-        settings.address, namespace=settings.namespace, data_converter=pydantic_data_converter
+        settings.address, namespace=settings.namespace, data_converter=data_converter_from_env()
     )
 
 

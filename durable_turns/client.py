@@ -16,8 +16,8 @@ from typing import Any
 
 from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.contrib.pydantic import pydantic_data_converter
 
+from durable_turns.codec import data_converter_from_env
 from durable_turns.config import Settings
 from durable_turns.contract import (
     CONVERSATION_WORKFLOW,
@@ -44,7 +44,7 @@ class TurnsClient:
     async def connect(cls, settings: Settings | None = None) -> TurnsClient:
         settings = settings or Settings.from_env()
         client = await Client.connect(
-            settings.address, namespace=settings.namespace, data_converter=pydantic_data_converter
+            settings.address, namespace=settings.namespace, data_converter=data_converter_from_env()
         )
         return cls(client, settings.task_queue)
 

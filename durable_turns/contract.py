@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from temporalio.common import SearchAttributeKey
 
 from durable_turns.messages import Message, Usage
@@ -72,6 +72,14 @@ class SubmitMessages(_Wire):
     """Custom fields for the hooks (``TurnContext.body``)."""
     model: str | None = None
     """A ``provider:model`` id for this turn."""
+
+    @field_validator("messages")
+    @classmethod
+    def _not_empty(cls, messages: list[Message]) -> list[Message]:
+        for i, message in enumerate(messages):
+            if not message.parts:
+                raise ValueError(f"message {i} has no content")
+        return messages
 
 
 class ContinueLastTurn(_Wire):

@@ -12,23 +12,23 @@ from tests.support.harness import Harness
 
 async def test_one_step_turn(harness: Harness) -> None:
     harness.start_worker()
-    result = await harness.send("c-one", "hello there", model="demo:echo")
+    result = await harness.send(harness.conv("c-one"), "hello there", model="demo:echo")
     assert result.status == "completed"
     assert result.text == "You said: hello there"
     assert result.steps == 1
-    assert result.workflow_id == "c-one/turn-1"
-    messages = await (await harness.store()).messages("c-one")
+    assert result.workflow_id == harness.conv("c-one") + "/turn-1"
+    messages = await (await harness.store()).messages(harness.conv("c-one"))
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[1].text == "You said: hello there"
 
 
 async def test_multi_step_tool_loop(harness: Harness) -> None:
     harness.start_worker()
-    result = await harness.send("c-multi", "What's the weather in Oslo?")
+    result = await harness.send(harness.conv("c-multi"), "What's the weather in Oslo?")
     assert result.status == "completed"
     assert result.steps == 2
     assert "forecast for Oslo" in result.text
-    [user, assistant] = await (await harness.store()).messages("c-multi")
+    [user, assistant] = await (await harness.store()).messages(harness.conv("c-multi"))
     calls = [p for p in assistant.parts if isinstance(p, ToolCallPart)]
     results = [p for p in assistant.parts if isinstance(p, ToolResultPart)]
     assert [c.tool_name for c in calls] == ["get_weather"]
@@ -47,7 +47,7 @@ async def test_parallel_tool_calls_run_as_parallel_activities(harness: Harness) 
             {"text": "both done: {tool_results}"},
         ]
     )
-    result = await harness.send("c-par", "go", model=model)
+    result = await harness.send(harness.conv("c-par"), "go", model=model)
     assert result.status == "completed"
     assert result.text.count("slept 1.0s") == 2
     history = await harness.client.get_workflow_handle(result.workflow_id).fetch_history()
@@ -70,24 +70,24 @@ async def test_parallel_tool_calls_run_as_parallel_activities(harness: Harness) 
 async def test_turn_lock_serialises_turns(harness: Harness) -> None:
     harness.start_worker()
     model = harness.script([{"text": "slow reply", "delay_ms": 150}])
-    first = await harness.turns.submit("c-lock", "one", model=model)
-    second = await harness.turns.submit("c-lock", "two", model=model)
+    first = await harness.turns.submit(harness.conv("c-lock"), "one", model=model)
+    second = await harness.turns.submit(harness.conv("c-lock"), "two", model=model)
     r1, r2 = await asyncio.gather(
-        harness.turns.wait("c-lock", first), harness.turns.wait("c-lock", second)
+        harness.turns.wait(harness.conv("c-lock"), first), harness.turns.wait(harness.conv("c-lock"), second)
     )
     assert (r1.turn_number, r2.turn_number) == (1, 2)
     d1 = await harness.client.get_workflow_handle(r1.workflow_id).describe()
     d2 = await harness.client.get_workflow_handle(r2.workflow_id).describe()
     assert d1.close_time is not None and d2.start_time is not None
     assert d2.start_time >= d1.close_time, "turn 2 started before turn 1 finished"
-    roles = [m.role for m in await (await harness.store()).messages("c-lock")]
+    roles = [m.role for m in await (await harness.store()).messages(harness.conv("c-lock"))]
     assert roles == ["user", "assistant", "user", "assistant"]
 
 
 async def test_max_steps_defaults_to_ten(harness: Harness) -> None:
     harness.start_worker()
     looping = [{"tool_calls": [{"name": "add", "input": {"a": 1, "b": 1}}]}] * 15
-    result = await harness.send("c-max", "loop", model=harness.script(looping))
+    result = await harness.send(harness.conv("c-max"), "loop", model=harness.script(looping))
     assert result.status == "completed"
     assert result.steps == 10
     assert len(harness.tool_runs()) == 10
@@ -96,26 +96,26 @@ async def test_max_steps_defaults_to_ten(harness: Harness) -> None:
 async def test_max_steps_from_worker_config(harness: Harness) -> None:
     harness.start_worker(TURNS_MAX_STEPS="3")
     looping = [{"tool_calls": [{"name": "add", "input": {"a": 1, "b": 1}}]}] * 15
-    result = await harness.send("c-max3", "loop", model=harness.script(looping))
+    result = await harness.send(harness.conv("c-max3"), "loop", model=harness.script(looping))
     assert result.steps == 3
 
 
 async def test_second_turn_sees_the_first(harness: Harness) -> None:
     harness.start_worker()
     model = harness.script({"turns": [[{"text": "first answer"}], [{"text": "second answer"}]]})
-    r1 = await harness.send("c-two", "one", model=model)
-    r2 = await harness.send("c-two", "two", model=model)
+    r1 = await harness.send(harness.conv("c-two"), "one", model=model)
+    r2 = await harness.send(harness.conv("c-two"), "two", model=model)
     assert (r1.text, r2.text) == ("first answer", "second answer")
     assert (r1.turn_number, r2.turn_number) == (1, 2)
-    messages = await (await harness.store()).messages("c-two")
+    messages = await (await harness.store()).messages(harness.conv("c-two"))
     assert [m.text for m in messages] == ["one", "first answer", "two", "second answer"]
     assert all(isinstance(p, TextPart) for m in messages[:1] for p in m.parts)
 
 
 async def test_conversation_state_query(harness: Harness) -> None:
     harness.start_worker()
-    result = await harness.send("c-state", "hi", model="demo:echo")
-    state = await harness.turns.state("c-state")
+    result = await harness.send(harness.conv("c-state"), "hi", model="demo:echo")
+    state = await harness.turns.state(harness.conv("c-state"))
     assert state.turn_count == 1
     assert state.running is None and state.queue == []
     assert state.last_result is not None and state.last_result.request_id == result.request_id

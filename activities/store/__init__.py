@@ -16,12 +16,12 @@ def open_store(url: str) -> TranscriptStore:
         return SQLiteStore(path or ":memory:")
     if url.startswith(("postgres://", "postgresql://")):
         try:
-            from activities.store.postgres import PostgresStore  # type: ignore[import-not-found]
+            from activities.store.postgres import PostgresStore
         except ImportError as e:  # pragma: no cover - depends on the install
             raise ValueError(
                 "a PostgreSQL store needs the 'postgres' extra: pip install 'durable-turns[postgres]'"
             ) from e
-        return PostgresStore(url)  # type: ignore[no-any-return]
+        return PostgresStore(url)
     raise ValueError(f"unknown transcript store URL {url!r}: use sqlite:///PATH or postgresql://…")
 
 

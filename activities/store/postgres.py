@@ -10,8 +10,9 @@ Semantics are those of :class:`~activities.store.sqlite.SQLiteStore`, enforced b
 duplicate a row:
 
 * ``messages``: ordered by a ``bigserial`` ``seq`` (insertion order), unique by
-  ``(conversation_id, id)``; ``add_messages`` inserts or ignores, ``put_message`` upserts and
-  keeps the message's original position.
+  ``(conversation_id, id)``; ``add_messages`` inserts or ignores, one batch per conversation
+  at a time (a transaction-scoped advisory lock), so a batch is never interleaved with
+  another; ``put_message`` upserts and keeps the message's original position.
 * ``turns``: keyed by ``turn_id``, upserted.
 * ``steps``: keyed by ``(turn_id, run, step)``; the first write wins and ``save_step``
   returns the stored record.
@@ -41,19 +42,14 @@ deployments, or test runs, can share one database.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import re
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
 from activities.store.base import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
 from durable_turns.messages import Message
-
-T = TypeVar("T")
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -98,13 +94,18 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 """The schema version this code writes."""
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-_RETRIES = 5
+_CONVERSATION_LOCK_CLASS = 0x7475726E  # "turn"; two-int4 advisory keys never meet bigint ones
 
 
 def _lock_key(schema: str | None) -> int:
     """A stable signed 64-bit advisory lock key for migrating one schema."""
     digest = hashlib.sha256(f"durable-turns:schema:{schema or ''}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _int32_key(value: str) -> int:
+    """A stable signed 32-bit advisory lock key for a string (a conversation id)."""
+    return int.from_bytes(hashlib.sha256(value.encode()).digest()[:4], "big", signed=True)
 
 
 def _split_url(url: str) -> tuple[str, str | None]:
@@ -176,9 +177,7 @@ class PostgresStore(TranscriptStore):
             for version, sql in MIGRATIONS:
                 if version > current:
                     await conn.execute(sql)
-                    await conn.execute(
-                        "INSERT INTO schema_version (version) VALUES ($1)", version
-                    )
+                    await conn.execute("INSERT INTO schema_version (version) VALUES ($1)", version)
 
     async def close(self) -> None:
         if self._pool is not None:
@@ -195,22 +194,6 @@ class PostgresStore(TranscriptStore):
         """The schema version recorded in the database."""
         return int(await self.pool.fetchval("SELECT COALESCE(MAX(version), 0) FROM schema_version"))
 
-    async def _retry(self, fn: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
-        """Run a transaction, again if PostgreSQL aborted it to break a deadlock.
-
-        Two concurrent batches inserting the same message ids in different orders can
-        deadlock; every write here is idempotent, so rerunning the loser is safe.
-        """
-        for attempt in range(_RETRIES):
-            try:
-                async with self.pool.acquire() as conn, conn.transaction():
-                    return await fn(conn)
-            except (asyncpg.DeadlockDetectedError, asyncpg.SerializationError):
-                if attempt == _RETRIES - 1:
-                    raise
-                await asyncio.sleep(0.01 * 2**attempt)
-        raise AssertionError("unreachable")
-
     # messages
     async def add_messages(
         self, conversation_id: str, messages: list[Message], turn_id: str | None = None
@@ -218,15 +201,20 @@ class PostgresStore(TranscriptStore):
         if not messages:
             return
         rows = [(conversation_id, m.id, m.role, turn_id, m.model_dump_json()) for m in messages]
-
-        async def insert(conn: asyncpg.Connection) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            # One batch at a time per conversation: a batch's messages stay together in the
+            # transcript, and two batches holding the same ids in different orders cannot
+            # deadlock on each other's rows.
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock($1::integer, $2::integer)",
+                _CONVERSATION_LOCK_CLASS,
+                _int32_key(conversation_id),
+            )
             await conn.executemany(
                 "INSERT INTO messages (conversation_id, id, role, turn_id, body)"
                 " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (conversation_id, id) DO NOTHING",
                 rows,
             )
-
-        await self._retry(insert)
 
     async def put_message(
         self, conversation_id: str, message: Message, turn_id: str | None = None

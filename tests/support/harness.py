@@ -90,6 +90,10 @@ class Harness:
         self.workers: list[WorkerProcess] = []
         self._store: TranscriptStore | None = None
 
+    def conv(self, name: str) -> str:
+        """A conversation id unique to this test (the dev server outlives each test)."""
+        return f"{name}-{self.task_queue[3:]}"
+
     def env(self, **extra: str) -> dict[str, str]:
         env = {
             **os.environ,
