@@ -24,6 +24,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.models import ModelRegistry
+from activities.models.providers import register_providers
 from activities.store import TranscriptStore, open_store
 from activities.turn_activities import TurnActivities
 from durable_turns.codec import data_converter_from_env
@@ -72,12 +73,9 @@ def load_tools(modules: list[str]) -> ToolRegistry:
 
 
 def build_models(settings: Settings) -> ModelRegistry:
-    """The demo provider always; the real ones when their adapters are installed."""
+    """demo, anthropic and openai; each provider's client is built on first use."""
     registry = ModelRegistry()
-    with contextlib.suppress(ImportError):
-        from activities.models.providers import register_providers  # type: ignore[import-not-found]
-
-        register_providers(registry, settings)
+    register_providers(registry, settings)
     return registry
 
 

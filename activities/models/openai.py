@@ -1,0 +1,698 @@
+"""The ``openai:`` provider: OpenAI (and OpenAI-compatible servers) through the official SDK.
+
+Two wire APIs, both streamed:
+
+* Chat Completions (the default): what OpenAI-compatible servers (vLLM, Ollama, llama.cpp,
+  LM Studio, OpenRouter…) speak, so ``OPENAI_BASE_URL`` alone points a worker at one.
+  Usage comes from ``stream_options.include_usage``; ``reasoning_content`` / ``reasoning``
+  deltas (DeepSeek, vLLM, Ollama) become reasoning.
+* Responses: OpenAI's newer API, needed for reasoning summaries and some models. Choose it
+  per model id (``openai:gpt-5@responses``), per turn (``provider_options={"api":
+  "responses"}``) or per worker (``TURNS_OPENAI_API=responses``), first match wins.
+
+Why it is shaped like this:
+
+* SDK retries are off (``max_retries=0``): every failure becomes a ``ProviderError`` and
+  Temporal retries the activity. ``retry-after-ms`` / ``retry-after`` become ``retry_after``
+  and ``x-should-retry`` overrides the status's verdict. ``insufficient_quota`` (a 429) is
+  not transient: no retry buys credit.
+* The client is built on the first request, so a worker without a key still starts. With a
+  custom base URL and no ``OPENAI_API_KEY``, a placeholder key is sent (local servers ignore it).
+* The body is a plain dict: model and messages/input go as arguments, the rest through
+  ``extra_body``, so fields the installed SDK does not know still reach the server, and
+  ``provider_options`` can set any field (options under an ``"openai"`` key apply to this
+  provider only, ``"anthropic"`` ones are left out).
+* ``max_output_tokens`` is sent as ``max_completion_tokens`` to OpenAI (o-series models
+  reject ``max_tokens``) and as ``max_tokens`` to a custom base URL (what servers accept).
+* Structured output is native: ``response_format`` json_schema (Chat), ``text.format``
+  (Responses), with ``strict: false`` so any schema is accepted; the engine validates.
+* Reasoning is not sent back: neither API takes another step's reasoning text, and the
+  Responses API's encrypted reasoning items are not kept (requests are stateless).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import openai
+
+from activities.models.base import ErrorKind, ModelProvider, ModelRequest, ProviderError
+from activities.models.providers import (
+    data_url,
+    env,
+    estimate_tokens,
+    is_context_overflow,
+    is_transport_error,
+    kind_for_status,
+    redact,
+    retry_after,
+    should_retry_header,
+    split_steps,
+    step_results,
+    tool_input_json,
+    tool_output_text,
+)
+from activities.streaming import parse_tool_input
+from durable_turns.messages import (
+    FilePart,
+    FinishChunk,
+    FinishReason,
+    Message,
+    ReasoningDelta,
+    ReasoningEnd,
+    StreamPart,
+    TextDelta,
+    TextPart,
+    ToolCallChunk,
+    ToolCallPart,
+    ToolInputDelta,
+    ToolInputStart,
+    ToolResultPart,
+    Usage,
+)
+
+PLACEHOLDER_KEY = "sk-no-key-required"
+CHARS_PER_TOKEN = 4.0
+APIS = ("chat", "responses")
+
+CHAT_FINISH: dict[str, FinishReason] = {
+    "stop": "stop",
+    "tool_calls": "tool-calls",
+    "function_call": "tool-calls",
+    "length": "length",
+    "content_filter": "content-filter",
+}
+TRANSIENT_CODES = {"server_error", "rate_limit_exceeded", "server_is_overloaded", "slow_down"}
+
+
+class OpenAIProvider(ModelProvider):
+    name = "openai"
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        api: str | None = None,
+        timeout: float = 600.0,
+    ) -> None:
+        self._api_key = api_key
+        self._base_url = base_url
+        self._api = api
+        self._timeout = timeout
+        self._client: openai.AsyncOpenAI | None = None
+
+    def _get_client(self) -> openai.AsyncOpenAI:
+        if self._client is None:
+            self._base_url = self._base_url or env("OPENAI_BASE_URL")
+            self._api_key = self._api_key or env("OPENAI_API_KEY")
+            if self._api_key is None and self._base_url is None:
+                raise ProviderError(
+                    "No OpenAI API key: set OPENAI_API_KEY (or OPENAI_BASE_URL for an"
+                    " OpenAI-compatible server)",
+                    kind="auth",
+                    provider="openai",
+                )
+            self._client = openai.AsyncOpenAI(
+                api_key=self._api_key or PLACEHOLDER_KEY,
+                base_url=self._base_url,
+                timeout=self._timeout,
+                max_retries=0,
+            )
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    def count_tokens(self, system: str, messages: list[Message]) -> int:
+        """A local estimate (~4 characters a token, OpenAI's rule of thumb for English)."""
+        return estimate_tokens(system, messages, CHARS_PER_TOKEN)
+
+    def api_for(self, request: ModelRequest) -> tuple[str, str]:
+        """(the API to use, the model name without an ``@chat``/``@responses`` suffix)."""
+        model, _, suffix = request.model.rpartition("@")
+        if suffix in APIS and model:
+            return suffix, model
+        chosen = request.provider_options.get("api") or self._api or env("TURNS_OPENAI_API")
+        chosen = chosen or "chat"
+        if chosen not in APIS:
+            raise ProviderError(
+                f"unknown OpenAI API {chosen!r}: use 'chat' or 'responses'",
+                kind="invalid_request",
+                provider="openai",
+            )
+        return chosen, request.model
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamPart]:
+        api, model = self.api_for(request)
+        events: Any = None
+        try:
+            client = self._get_client()
+            custom = self._base_url is not None and "api.openai.com" not in self._base_url
+            if api == "chat":
+                body, warnings = chat_body(request, custom_server=custom)
+                messages = body.pop("messages")
+                events = await client.chat.completions.create(
+                    model=model,
+                    messages=messages,
+                    stream=True,
+                    extra_body=body,
+                    extra_headers=dict(request.headers) or None,
+                )
+                parts = chat_parts(events, warnings)
+            else:
+                body, warnings = responses_body(request)
+                items = body.pop("input")
+                events = await client.responses.create(
+                    model=model,
+                    input=items,
+                    stream=True,
+                    extra_body=body,
+                    extra_headers=dict(request.headers) or None,
+                )
+                parts = responses_parts(events, warnings)
+            async for part in parts:
+                yield part
+        except ProviderError:
+            raise
+        except openai.OpenAIError as e:
+            # ``from None``: the SDK error's text is not redacted, and Temporal would ship it.
+            raise map_error(e, secret=self._api_key) from None
+        except Exception as e:
+            if is_transport_error(e):
+                raise map_error(e, secret=self._api_key) from None
+            raise
+        finally:
+            if events is not None:
+                await events.close()
+
+
+# --- requests ----------------------------------------------------------------------------
+
+
+def _options(request: ModelRequest) -> dict[str, Any]:
+    options = dict(request.provider_options)
+    options.pop("api", None)
+    options.pop("anthropic", None)
+    options.pop("structured_output", None)  # the Anthropic provider's switch, not a body field
+    scoped = options.pop("openai", None)
+    if isinstance(scoped, dict):
+        options.update(scoped)
+    return options
+
+
+def _unsupported(request: ModelRequest, keys: tuple[str, ...], api: str) -> list[str]:
+    return [
+        f"{key} is not supported by the OpenAI {api} API; it was ignored"
+        for key in keys
+        if getattr(request, key) is not None
+    ]
+
+
+def chat_body(request: ModelRequest, *, custom_server: bool) -> tuple[dict[str, Any], list[str]]:
+    """The Chat Completions body (without model and stream) and warnings."""
+    body: dict[str, Any] = {
+        "messages": to_chat_messages(request.system, request.messages),
+        "stream_options": {"include_usage": True},
+    }
+    if request.max_output_tokens is not None:
+        key = "max_tokens" if custom_server else "max_completion_tokens"
+        body[key] = request.max_output_tokens
+    for key in ("temperature", "top_p", "presence_penalty", "frequency_penalty", "seed"):
+        if getattr(request, key) is not None:
+            body[key] = getattr(request, key)
+    warnings: list[str] = []
+    if request.top_k is not None and custom_server:
+        body["top_k"] = request.top_k  # vLLM, llama.cpp and Ollama's OpenAI API accept it
+    else:
+        warnings += _unsupported(request, ("top_k",), "Chat Completions")
+    if request.stop_sequences:
+        body["stop"] = request.stop_sequences
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.input_schema,
+                },
+            }
+            for t in request.tools
+        ]
+        if request.tool_choice is not None:
+            choice = request.tool_choice
+            if isinstance(choice, dict):
+                name = choice.get("tool_name") or choice.get("name")
+                body["tool_choice"] = {"type": "function", "function": {"name": name}}
+            else:
+                body["tool_choice"] = choice
+    if request.output_schema is not None:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "response", "schema": request.output_schema, "strict": False},
+        }
+    body.update(_options(request))
+    return body, warnings
+
+
+def responses_body(request: ModelRequest) -> tuple[dict[str, Any], list[str]]:
+    """The Responses body (without model and stream) and warnings."""
+    body: dict[str, Any] = {"input": to_responses_input(request.messages)}
+    if request.system:
+        body["instructions"] = request.system
+    if request.max_output_tokens is not None:
+        body["max_output_tokens"] = request.max_output_tokens
+    for key in ("temperature", "top_p"):
+        if getattr(request, key) is not None:
+            body[key] = getattr(request, key)
+    keys = ("top_k", "presence_penalty", "frequency_penalty", "seed", "stop_sequences")
+    warnings = _unsupported(request, keys, "Responses")
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.input_schema,
+                "strict": False,
+            }
+            for t in request.tools
+        ]
+        if request.tool_choice is not None:
+            choice = request.tool_choice
+            if isinstance(choice, dict):
+                name = choice.get("tool_name") or choice.get("name")
+                body["tool_choice"] = {"type": "function", "name": name}
+            else:
+                body["tool_choice"] = choice
+    if request.output_schema is not None:
+        body["text"] = {
+            "format": {
+                "type": "json_schema",
+                "name": "response",
+                "schema": request.output_schema,
+                "strict": False,
+            }
+        }
+    body.update(_options(request))
+    return body, warnings
+
+
+def to_chat_messages(system: str, messages: list[Message]) -> list[dict[str, Any]]:
+    """Chat messages: each assistant step becomes an assistant message with its
+    ``tool_calls``, then one ``tool`` message per result. A system prompt goes first as a
+    ``system`` message (OpenAI maps it to ``developer`` for reasoning models itself)."""
+    out: list[dict[str, Any]] = []
+    if system:
+        out.append({"role": "system", "content": system})
+    for message in messages:
+        if message.role in ("system", "user"):
+            out += _chat_user(message)
+            continue
+        for step in split_steps(message.parts):
+            text = "".join(p.text for p in step if isinstance(p, TextPart))
+            calls = [p for p in step if isinstance(p, ToolCallPart)]
+            if text or calls:
+                item: dict[str, Any] = {"role": "assistant", "content": text or None}
+                if calls:
+                    item["tool_calls"] = [
+                        {
+                            "id": c.tool_call_id,
+                            "type": "function",
+                            "function": {
+                                "name": c.tool_name,
+                                "arguments": tool_input_json(c.input),
+                            },
+                        }
+                        for c in calls
+                    ]
+                out.append(item)
+            for result in step_results(step):
+                content = tool_output_text(result.output)
+                out.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": result.tool_call_id,
+                        "content": f"Error: {content}" if result.is_error else content,
+                    }
+                )
+    return out
+
+
+def _chat_user(message: Message) -> list[dict[str, Any]]:
+    """A user (or system) message; plain text stays a string, which every server accepts."""
+    out: list[dict[str, Any]] = []
+    content: list[dict[str, Any]] = []
+    for part in message.parts:
+        if isinstance(part, TextPart):
+            content.append({"type": "text", "text": part.text})
+        elif isinstance(part, FilePart) and message.role == "user":
+            if part.media_type.startswith("image/"):
+                content.append({"type": "image_url", "image_url": {"url": data_url(part)}})
+            else:
+                file = {"filename": "file", "file_data": data_url(part)}
+                content.append({"type": "file", "file": file})
+        elif isinstance(part, ToolResultPart):
+            output = tool_output_text(part.output)
+            out.append({"role": "tool", "tool_call_id": part.tool_call_id, "content": output})
+    if all(c["type"] == "text" for c in content):
+        text = "".join(c["text"] for c in content)
+        if text or not out:
+            out.append({"role": message.role, "content": text})
+    else:
+        out.append({"role": message.role, "content": content})
+    return out
+
+
+def to_responses_input(messages: list[Message]) -> list[dict[str, Any]]:
+    """Responses input items: messages, and ``function_call`` / ``function_call_output``."""
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role in ("system", "user"):
+            content: list[dict[str, Any]] = []
+            for part in message.parts:
+                if isinstance(part, TextPart):
+                    content.append({"type": "input_text", "text": part.text})
+                elif isinstance(part, FilePart) and part.media_type.startswith("image/"):
+                    content.append({"type": "input_image", "image_url": data_url(part)})
+                elif isinstance(part, FilePart):
+                    content.append(
+                        {"type": "input_file", "filename": "file", "file_data": data_url(part)}
+                    )
+            items.append({"role": message.role, "content": content})
+            continue
+        for step in split_steps(message.parts):
+            text = "".join(p.text for p in step if isinstance(p, TextPart))
+            if text:
+                items.append({"role": "assistant", "content": text})
+            for call in (p for p in step if isinstance(p, ToolCallPart)):
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call.tool_call_id,
+                        "name": call.tool_name,
+                        "arguments": tool_input_json(call.input),
+                    }
+                )
+            for result in step_results(step):
+                content_text = tool_output_text(result.output)
+                items.append(
+                    {
+                        "type": "function_call_output",
+                        "call_id": result.tool_call_id,
+                        "output": f"Error: {content_text}" if result.is_error else content_text,
+                    }
+                )
+    return items
+
+
+# --- Chat Completions stream -------------------------------------------------------------
+
+
+@dataclass
+class _Call:
+    call_id: str
+    name: str
+    args: list[str] = field(default_factory=list)
+
+
+async def chat_parts(chunks: AsyncIterator[Any], warnings: list[str]) -> AsyncIterator[StreamPart]:
+    """Chat Completions chunks → stream parts. Tool calls complete at the end of the stream
+    (their arguments arrive in pieces keyed by ``index``)."""
+    calls: dict[int, _Call] = {}
+    usage = Usage()
+    response: dict[str, Any] = {}
+    raw_finish: str | None = None
+    reasoning = False
+    refused = False
+    async for chunk in chunks:
+        if not response and getattr(chunk, "id", None):
+            response = {"id": chunk.id, "model": chunk.model}
+        if getattr(chunk, "usage", None) is not None:
+            usage = _chat_usage(chunk.usage)
+        for choice in chunk.choices or []:
+            if choice.index != 0:
+                continue
+            raw_finish = choice.finish_reason or raw_finish
+            delta = choice.delta
+            if delta is None:
+                continue
+            thought = getattr(delta, "reasoning_content", None) or getattr(delta, "reasoning", None)
+            if isinstance(thought, str) and thought:
+                reasoning = True
+                yield ReasoningDelta(text=thought)
+            text = delta.content or getattr(delta, "refusal", None)
+            if text and reasoning:
+                reasoning = False
+                yield ReasoningEnd()
+            if text:
+                refused = refused or bool(getattr(delta, "refusal", None))
+                yield TextDelta(text=text)
+            for tool in delta.tool_calls or []:
+                fn = tool.function
+                index = _call_index(tool, calls)
+                call = calls.get(index)
+                if call is None:
+                    name = (fn.name if fn else None) or ""
+                    call = calls[index] = _Call(tool.id or f"call_{index}", name)
+                    if reasoning:
+                        reasoning = False
+                        yield ReasoningEnd()
+                    yield ToolInputStart(tool_call_id=call.call_id, tool_name=call.name)
+                if fn and fn.arguments:
+                    call.args.append(fn.arguments)
+                    yield ToolInputDelta(tool_call_id=call.call_id, delta=fn.arguments)
+    if raw_finish is None:
+        raise ProviderError(
+            "OpenAI stream ended without a finish_reason (connection dropped?)",
+            kind="transient",
+            provider="openai",
+        )
+    if reasoning:
+        yield ReasoningEnd()
+    for index in sorted(calls):
+        call = calls[index]
+        value, error = parse_tool_input("".join(call.args))
+        yield ToolCallChunk(
+            tool_call_id=call.call_id, tool_name=call.name, input=value, input_error=error
+        )
+    finish = CHAT_FINISH.get(raw_finish, "other")
+    if calls and finish == "stop":
+        finish = "tool-calls"  # some compatible servers report "stop" after tool calls
+    if refused:
+        finish = "content-filter"
+    yield FinishChunk(
+        finish_reason=finish,
+        raw_finish_reason=raw_finish,
+        usage=usage,
+        provider_metadata={"openai": {"cached_input_tokens": usage.cached_input_tokens}},
+        response=response,
+        warnings=warnings,
+    )
+
+
+def _call_index(tool: Any, calls: dict[int, _Call]) -> int:
+    """The delta's ``index``; servers that omit it (some send each call whole) get one by id."""
+    if getattr(tool, "index", None) is not None:
+        return int(tool.index)
+    for index, call in calls.items():
+        if tool.id and call.call_id == tool.id:
+            return index
+    return len(calls)
+
+
+def _chat_usage(raw: Any) -> Usage:
+    prompt = getattr(raw, "prompt_tokens", 0) or 0
+    completion = getattr(raw, "completion_tokens", 0) or 0
+    prompt_details = getattr(raw, "prompt_tokens_details", None)
+    completion_details = getattr(raw, "completion_tokens_details", None)
+    return Usage(
+        input_tokens=prompt,
+        output_tokens=completion,
+        total_tokens=getattr(raw, "total_tokens", None) or prompt + completion,
+        reasoning_tokens=getattr(completion_details, "reasoning_tokens", 0) or 0,
+        cached_input_tokens=getattr(prompt_details, "cached_tokens", 0) or 0,
+    )
+
+
+# --- Responses stream --------------------------------------------------------------------
+
+
+async def responses_parts(
+    events: AsyncIterator[Any], warnings: list[str]
+) -> AsyncIterator[StreamPart]:
+    """Responses stream events → stream parts."""
+    calls: dict[str, _Call] = {}  # by item id
+    done_calls = 0
+    reasoning = False
+    final: Any = None
+    async for event in events:
+        kind = getattr(event, "type", "")
+        if kind == "response.output_text.delta" or kind == "response.refusal.delta":
+            if reasoning:
+                reasoning = False
+                yield ReasoningEnd()
+            if event.delta:
+                yield TextDelta(text=event.delta)
+        elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+            if event.delta:
+                reasoning = True
+                yield ReasoningDelta(text=event.delta)
+        elif kind == "response.reasoning_summary_part.done" and reasoning:
+            reasoning = False
+            yield ReasoningEnd()
+        elif kind == "response.output_item.added" and event.item.type == "function_call":
+            item = event.item
+            calls[item.id] = _Call(item.call_id, item.name)
+            if reasoning:
+                reasoning = False
+                yield ReasoningEnd()
+            yield ToolInputStart(tool_call_id=item.call_id, tool_name=item.name)
+        elif kind == "response.function_call_arguments.delta":
+            call = calls.get(event.item_id)
+            if call is not None and event.delta:
+                call.args.append(event.delta)
+                yield ToolInputDelta(tool_call_id=call.call_id, delta=event.delta)
+        elif kind == "response.output_item.done" and event.item.type == "function_call":
+            item = event.item
+            calls.pop(item.id, None)
+            value, error = parse_tool_input(item.arguments or "")
+            done_calls += 1
+            yield ToolCallChunk(
+                tool_call_id=item.call_id, tool_name=item.name, input=value, input_error=error
+            )
+        elif kind == "response.output_item.done" and event.item.type == "reasoning" and reasoning:
+            reasoning = False
+            yield ReasoningEnd()
+        elif kind in ("response.completed", "response.incomplete"):
+            final = event.response
+        elif kind == "response.failed":
+            raise _failed(getattr(event.response, "error", None))
+        elif kind == "error":
+            raise _failed(event)
+    if final is None:
+        raise ProviderError(
+            "OpenAI stream ended before response.completed (connection dropped?)",
+            kind="transient",
+            provider="openai",
+        )
+    if reasoning:
+        yield ReasoningEnd()
+    for call in calls.values():  # arguments cut off by the token limit
+        value, error = parse_tool_input("".join(call.args))
+        done_calls += 1
+        yield ToolCallChunk(
+            tool_call_id=call.call_id, tool_name=call.name, input=value, input_error=error
+        )
+    finish: FinishReason = "tool-calls" if done_calls else "stop"
+    raw_finish = getattr(final, "status", None)
+    details = getattr(final, "incomplete_details", None)
+    reason = getattr(details, "reason", None)
+    if reason == "max_output_tokens":
+        finish = "length"
+    elif reason == "content_filter":
+        finish = "content-filter"
+    usage = _responses_usage(getattr(final, "usage", None))
+    yield FinishChunk(
+        finish_reason=finish,
+        raw_finish_reason=reason or raw_finish,
+        usage=usage,
+        provider_metadata={"openai": {"cached_input_tokens": usage.cached_input_tokens}},
+        response={"id": final.id, "model": final.model},
+        warnings=warnings,
+    )
+
+
+def _responses_usage(raw: Any) -> Usage:
+    if raw is None:
+        return Usage()
+    prompt = raw.input_tokens or 0
+    output = raw.output_tokens or 0
+    input_details = getattr(raw, "input_tokens_details", None)
+    output_details = getattr(raw, "output_tokens_details", None)
+    return Usage(
+        input_tokens=prompt,
+        output_tokens=output,
+        total_tokens=getattr(raw, "total_tokens", None) or prompt + output,
+        reasoning_tokens=getattr(output_details, "reasoning_tokens", 0) or 0,
+        cached_input_tokens=getattr(input_details, "cached_tokens", 0) or 0,
+        cache_creation_input_tokens=getattr(input_details, "cache_write_tokens", 0) or 0,
+    )
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+def _failed(error: Any) -> ProviderError:
+    """An ``error`` event or a failed response (older SDKs pass these through unraised)."""
+    code = getattr(error, "code", None) if error is not None else None
+    message = getattr(error, "message", None) or "the response failed"
+    return _classify(None, code, None, str(message), {})
+
+
+def map_error(error: BaseException, *, secret: str | None = None) -> ProviderError:
+    """An SDK or transport exception → a ``ProviderError`` a person (and Temporal) can act on."""
+    if isinstance(error, openai.APIConnectionError) or is_transport_error(error):
+        what = "timed out" if "timeout" in type(error).__name__.lower() else "failed"
+        return ProviderError(
+            f"OpenAI connection {what}: {type(error).__name__}", kind="transient", provider="openai"
+        )
+    if isinstance(error, openai.APIError):
+        body = error.body if isinstance(error.body, dict) else {}
+        message = redact(str(body.get("message") or error.message), secret)
+        status = error.status_code if isinstance(error, openai.APIStatusError) else None
+        headers = error.response.headers if isinstance(error, openai.APIStatusError) else {}
+        err_type = error.type or body.get("type")
+        return _classify(status, error.code, err_type, message, headers)
+    text = redact(str(error), secret)
+    if "credentials" in text.lower() or "api_key" in text.lower():
+        return ProviderError(
+            f"No OpenAI API key: set OPENAI_API_KEY ({text})", kind="auth", provider="openai"
+        )
+    return ProviderError(f"OpenAI error: {text}", kind="fatal", provider="openai")
+
+
+def _classify(
+    status: int | None, code: str | None, err_type: str | None, message: str, headers: Any
+) -> ProviderError:
+    """Decide the kind from the status, the error code and the server's own retry verdict."""
+    kind: ErrorKind
+    label = code or err_type or ""
+    if status is not None:
+        kind = kind_for_status(status)
+        verdict = should_retry_header(headers)
+        if verdict is not None and kind in ("transient", "invalid_request"):
+            kind = "transient" if verdict else "fatal"
+    else:  # an error event inside a stream
+        kind = "transient" if label in TRANSIENT_CODES else "fatal"
+    shown = f"{status} " if status else ""
+    text = f"OpenAI API error {shown}{label}: {message}".replace(" :", ":")
+    if "insufficient_quota" in (code, err_type):
+        kind = "fatal"
+        text = (
+            f"OpenAI says the account is out of quota ({shown}insufficient_quota): check the plan"
+            f" and billing at https://platform.openai.com/account/billing. {message}"
+        )
+    elif (status in (None, 400, 413, 422) and is_context_overflow(f"{label} {message}")) or (
+        code == "context_length_exceeded"
+    ):
+        kind = "context_overflow"
+    elif status == 401:
+        text = (
+            "OpenAI rejected the API key (401): set OPENAI_API_KEY to a valid key (or"
+            f" OPENAI_BASE_URL for a compatible server). {message}"
+        )
+    elif status == 403:
+        text = f"OpenAI denied access (403): the key may lack access to this model. {message}"
+    return ProviderError(
+        text,
+        kind=kind,
+        status=status,
+        retry_after=retry_after(headers) if kind == "transient" else None,
+        provider="openai",
+    )

@@ -1,0 +1,211 @@
+"""Registers the real model providers, and holds what the Anthropic and OpenAI adapters share.
+
+``register_providers`` only registers factories: nothing is built, no SDK client is made and
+no API key is read until the first request of that provider, so a worker with neither key
+set still starts and serves ``demo:`` turns.
+
+Environment (read when a provider builds its client, not at import time):
+
+* ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``: the ``anthropic:`` provider. Without a key
+  the SDK's own lookup applies (``ANTHROPIC_AUTH_TOKEN``, profiles); failing that, a request
+  fails with an ``auth`` error saying what to set.
+* ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``: the ``openai:`` provider. With a base URL (an
+  OpenAI-compatible server such as vLLM, Ollama or llama.cpp) the key is optional.
+* ``TURNS_OPENAI_API``: ``chat`` (default) or ``responses``, the OpenAI API to speak.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import re
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from activities.models import ModelRegistry
+from activities.models.base import ErrorKind, ModelProvider
+from durable_turns.config import Settings
+from durable_turns.messages import (
+    FilePart,
+    Message,
+    Part,
+    ReasoningPart,
+    StepStartPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+
+CONTEXT_OVERFLOW = re.compile(
+    r"prompt is too long|context[_ ]length[_ ]exceeded|maximum context length"
+    r"|exceeds the maximum number of tokens|input token count|reduce the length of"
+    r"|input is too long|too many (?:input )?tokens|context window",
+    re.I,
+)
+"""Think's default context-overflow classifier (one regex for every provider)."""
+
+_SECRET = re.compile(r"\b(sk-[A-Za-z0-9_\-]{6})[A-Za-z0-9_\-*]{6,}")
+
+
+def env(name: str) -> str | None:
+    value = os.environ.get(name)
+    return value if value else None
+
+
+def register_providers(registry: ModelRegistry, settings: Settings) -> None:
+    """Register ``anthropic:`` and ``openai:``; each is built on its first use."""
+
+    def anthropic() -> ModelProvider:
+        from activities.models.anthropic import AnthropicProvider
+
+        return AnthropicProvider(timeout=settings.step_timeout_s)
+
+    def openai() -> ModelProvider:
+        from activities.models.openai import OpenAIProvider
+
+        return OpenAIProvider(timeout=settings.step_timeout_s)
+
+    registry.register("anthropic", anthropic)
+    registry.register("openai", openai)
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+def is_context_overflow(text: str) -> bool:
+    return bool(CONTEXT_OVERFLOW.search(text))
+
+
+def retry_after(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds to wait, from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date)."""
+    if not headers:
+        return None
+    ms = headers.get("retry-after-ms")
+    if ms:
+        try:
+            return max(float(ms) / 1000, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        parsed = email.utils.parsedate_tz(value)
+        if parsed is None:
+            return None
+        return max(email.utils.mktime_tz(parsed) - time.time(), 0.0)
+
+
+def should_retry_header(headers: Mapping[str, str] | None) -> bool | None:
+    """The server's own verdict (``x-should-retry: true|false``), when it gives one."""
+    value = (headers or {}).get("x-should-retry")
+    return {"true": True, "false": False}.get((value or "").lower())
+
+
+def kind_for_status(status: int) -> ErrorKind:
+    """The default kind of an HTTP error status (before provider-specific rules)."""
+    if status in (401, 403):
+        return "auth"
+    if status in (408, 409, 429) or status >= 500:
+        return "transient"
+    return "invalid_request"
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """Mask API keys: the configured ones verbatim, and anything shaped like ``sk-…``."""
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return _SECRET.sub(r"\1***", text)
+
+
+def is_transport_error(error: BaseException) -> bool:
+    """A network failure the SDK did not wrap (it does not while a stream is being read)."""
+    module = type(error).__module__
+    return module.startswith(("httpx", "httpcore", "h11", "anyio")) or isinstance(
+        error, ConnectionError | TimeoutError
+    )
+
+
+# --- messages ----------------------------------------------------------------------------
+
+
+def split_steps(parts: list[Part]) -> list[list[Part]]:
+    """An assistant message's parts, one list per model step (``step-start`` separates them)."""
+    steps: list[list[Part]] = [[]]
+    for part in parts:
+        if isinstance(part, StepStartPart):
+            if steps[-1]:
+                steps.append([])
+        else:
+            steps[-1].append(part)
+    return [s for s in steps if s]
+
+
+def tool_output_text(output: Any) -> str:
+    return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+
+
+def tool_input_json(value: Any) -> str:
+    """Tool-call arguments as JSON text; a call recorded with unparseable input keeps its text."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def missing_result(call: ToolCallPart) -> ToolResultPart:
+    """Stands in for a result that was never recorded: both APIs reject unanswered calls."""
+    return ToolResultPart(
+        tool_call_id=call.tool_call_id,
+        tool_name=call.tool_name,
+        output="No result was recorded for this tool call.",
+        is_error=True,
+    )
+
+
+def step_results(step: list[Part]) -> list[ToolResultPart]:
+    """The step's tool results in call order, with a stand-in for each call left unanswered."""
+    results = {p.tool_call_id: p for p in step if isinstance(p, ToolResultPart)}
+    ordered = [
+        results.pop(c.tool_call_id) if c.tool_call_id in results else missing_result(c)
+        for c in _calls(step)
+    ]
+    return ordered + list(results.values())
+
+
+def _calls(step: list[Part]) -> list[ToolCallPart]:
+    return [p for p in step if isinstance(p, ToolCallPart)]
+
+
+def data_url(part: FilePart) -> str:
+    return part.url or f"data:{part.media_type};base64,{part.data or ''}"
+
+
+# --- token estimates ---------------------------------------------------------------------
+
+FILE_TOKENS = 1000
+"""A flat guess per attached file: its base64 length says little about its token cost."""
+MESSAGE_OVERHEAD = 4
+
+
+def estimate_tokens(system: str, messages: list[Message], chars_per_token: float) -> int:
+    """A local estimate from the text the model reads (not the JSON wrapping around it)."""
+    chars = len(system)
+    files = 0
+    for message in messages:
+        for part in message.parts:
+            match part:
+                case TextPart(text=text):
+                    chars += len(text)
+                case ReasoningPart(text=text):
+                    chars += len(text)
+                case ToolCallPart():
+                    chars += len(part.tool_name) + len(tool_input_json(part.input))
+                case ToolResultPart():
+                    chars += len(tool_output_text(part.output))
+                case FilePart():
+                    files += 1
+    overhead = MESSAGE_OVERHEAD * len(messages)
+    return int(chars / chars_per_token) + files * FILE_TOKENS + overhead
