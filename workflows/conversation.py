@@ -67,6 +67,7 @@ class ConversationInput(ConversationSettings):
     recent: list[RequestRecord] = Field(default_factory=list)
     last_result: TurnResult | None = None
     last_body: dict[str, Any] = Field(default_factory=dict)
+    last_model: str | None = None
 
 
 class InvalidRequest(ValueError):
@@ -87,6 +88,7 @@ class ConversationWorkflow:
         self._results: dict[str, TurnResult] = {}
         self._last_result = inp.last_result
         self._last_body = inp.last_body
+        self._last_model = inp.last_model
         self._running: PendingRequest | None = None
         self._running_turn: workflow.ChildWorkflowHandle[Any, TurnResult] | None = None
         self._responses: set[asyncio.Task[Any]] = set()
@@ -226,7 +228,10 @@ class ConversationWorkflow:
 
     @workflow.signal(name=SIGNAL_CONTINUE)
     def continue_last_turn(self, raw: Any = None) -> None:
-        """Continue the last assistant message (skipped when there is none)."""
+        """Continue the last assistant message (skipped when there is none).
+
+        The continuation runs with the last request's model, and its body unless one is given.
+        """
         try:
             req = ContinueLastTurn.model_validate(raw or {})
         except ValidationError as e:
@@ -236,7 +241,9 @@ class ConversationWorkflow:
         if request_id in self._records:
             return
         body = req.body if req.body is not None else self._last_body
-        self._queue.append(PendingRequest(request_id=request_id, kind="continue", body=body))
+        self._queue.append(
+            PendingRequest(request_id=request_id, kind="continue", body=body, model=self._last_model)
+        )
         self._records[request_id] = RequestRecord(request_id=request_id, kind="continue")
 
     @workflow.signal(name=SIGNAL_CANCEL)
@@ -307,6 +314,7 @@ class ConversationWorkflow:
         )
         self._records[request_id] = RequestRecord(request_id=request_id)
         self._last_body = req.body
+        self._last_model = req.model
         return request_id
 
     def _reject(self, raw: Any, error_type: str, message: str) -> None:
@@ -333,6 +341,7 @@ class ConversationWorkflow:
             recent=[r for r in self._records.values() if r.status not in ("queued", "running")],
             last_result=self._last_result,
             last_body=self._last_body,
+            last_model=self._last_model,
         )
 
 

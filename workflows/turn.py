@@ -11,7 +11,7 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from durable_turns.contract import (
@@ -125,6 +125,9 @@ class TurnWorkflow:
             self._status = "aborted"
             return await self._finish(ref, plan, steps, "aborted", inp.continuation)
         except ActivityError as err:
+            if isinstance(err.cause, CancelledError):  # the turn was cancelled mid-activity
+                self._status = "aborted"
+                return await self._finish(ref, plan, steps, "aborted", inp.continuation)
             return await self._fail(ref, steps, inp.continuation, _error_info(err))
         except ApplicationError as err:
             info = ErrorInfo(type=err.type or "Error", message=err.message, stage="stream")

@@ -1,0 +1,195 @@
+"""Crashes at every boundary, the stall watchdog, continueLastTurn and cancel."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+
+from tests.support.harness import Harness
+from tests.test_crash import wait_until
+
+SLOW = "tests.support.slow_hooks:SlowHooks"
+WEATHER = [
+    {"text": "Looking.", "tool_calls": [{"name": "get_weather", "input": {"city": "Lima"}}]},
+    {"text": "Forecast: {tool_result}."},
+]
+
+
+async def activity_attempts(harness: Harness, workflow_id: str, activity: str) -> list[int]:
+    """The attempt number recorded for each scheduled ``activity`` in a turn's history."""
+    history = await harness.client.get_workflow_handle(workflow_id).fetch_history()
+    scheduled = {
+        e.event_id
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == activity
+    }
+    return [
+        e.activity_task_started_event_attributes.attempt
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.scheduled_event_id in scheduled
+    ]
+
+
+def marks(harness: Harness, hook: str) -> list[dict]:
+    return [c for c in harness.hook_calls() if c.get("hook") == hook]
+
+
+@pytest.mark.parametrize(
+    ("slow", "activity"),
+    [("before_turn", "begin_turn"), ("before_step", "model_step"), ("on_step_finish", "finish_turn")],
+    ids=["while-beginning", "between-steps", "while-finishing"],
+)
+async def test_kill_at_a_boundary(harness: Harness, slow: str, activity: str) -> None:
+    first = harness.start_worker(TURNS_HOOKS=SLOW, TEST_SLOW_HOOK=f"{slow}:30")
+    conversation = harness.conv(f"boundary-{slow}")
+    model = harness.script(WEATHER)
+    request = await harness.turns.submit(conversation, "weather?", model=model)
+    await wait_until(
+        lambda: any(
+            m["pid"] == first.proc.pid and m.get("step", 1) >= 1 for m in marks(harness, slow)
+        )
+    )
+    first.kill()
+    harness.start_worker(TURNS_HOOKS=SLOW)
+    result = await asyncio.wait_for(harness.turns.wait(conversation, request), 90)
+    assert result.status == "completed"
+    assert "Forecast: " in result.text and "in Lima." in result.text
+    messages = await (await harness.store()).messages(conversation)
+    assert [m.role for m in messages] == ["user", "assistant"]
+    assert max(await activity_attempts(harness, result.workflow_id, activity)) == 2
+    if slow == "before_step":
+        # step 0's output was stored: only step 1 was asked again, never step 0
+        steps = [m["step"] for m in marks(harness, "before_step")]
+        assert steps.count(0) == 1 and steps.count(1) == 2
+
+
+async def test_stall_before_the_first_chunk_is_retried_and_keeps_the_user_message(
+    harness: Harness,
+) -> None:
+    harness.start_worker(TURNS_STALL_TIMEOUT_MS="500")
+    model = harness.script([{"text": "finally here", "stall_s": 30, "attempts": 1}])
+    conversation = harness.conv("stall-first")
+    result = await harness.send(conversation, "hello?", model=model)
+    assert result.status == "completed" and result.text == "finally here"
+    messages = await (await harness.store()).messages(conversation)
+    assert [m.text for m in messages] == ["hello?", "finally here"]
+    # Temporal records a retried activity once, with its final attempt and the last failure
+    assert await activity_attempts(harness, result.workflow_id, "model_step") == [2]
+    history = await harness.client.get_workflow_handle(result.workflow_id).fetch_history()
+    failures = [
+        e.activity_task_started_event_attributes.last_failure.message
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and e.activity_task_started_event_attributes.attempt == 2
+    ]
+    assert any("no activity for 500ms (before the first chunk)" in f for f in failures)
+
+
+async def test_stall_mid_stream_then_budget_spent_ends_the_turn_clearly(harness: Harness) -> None:
+    harness.start_worker(TURNS_STALL_TIMEOUT_MS="400", TURNS_MODEL_RETRIES="1")
+    model = harness.script([{"text": "one two three four", "stall_s": 30, "stall_after_chunks": 2}])
+    conversation = harness.conv("stall-spent")
+    result = await harness.send(conversation, "hello?", model=model)
+    assert result.status == "error"
+    assert result.error is not None and result.error.type == "StreamStalled"
+    assert "Chat stream stalled: no activity for 400ms (after 2 chunks)" in result.error.message
+    assert await activity_attempts(harness, result.workflow_id, "model_step") == [2]
+    messages = await (await harness.store()).messages(conversation)
+    assert [m.text for m in messages] == ["hello?"], "the user's message is never lost"
+
+
+async def test_slow_but_steady_stream_never_trips(harness: Harness) -> None:
+    # 12 chunks 300 ms apart: 3.6 s in all, longer than the 2 s heartbeat timeout and far
+    # longer than the 1 s stall timeout, but never silent for either.
+    harness.start_worker(TURNS_STALL_TIMEOUT_MS="1000")
+    text = " ".join(f"t{i}" for i in range(12))
+    model = harness.script([{"text": text, "delay_ms": 300}])
+    result = await harness.send(harness.conv("steady"), "go", model=model)
+    assert result.status == "completed" and result.text == text
+    assert await activity_attempts(harness, result.workflow_id, "model_step") == [1]
+
+
+async def test_stall_timeout_zero_disables_the_watchdog(harness: Harness) -> None:
+    harness.start_worker(TURNS_STALL_TIMEOUT_MS="0")
+    model = harness.script([{"text": "late but fine", "stall_s": 1.5, "attempts": 1}])
+    result = await harness.send(harness.conv("no-watchdog"), "go", model=model)
+    assert result.status == "completed"
+    assert await activity_attempts(harness, result.workflow_id, "model_step") == [1]
+
+
+async def test_continue_last_turn(harness: Harness) -> None:
+    harness.start_worker()
+    model = harness.script([{"text": "part one"}, {"text": "part two"}])
+    conversation = harness.conv("continue")
+    first = await harness.send(conversation, "write", model=model, body={"mode": "essay"})
+    assert first.text == "part one"
+    request = await harness.turns.continue_last_turn(conversation)
+    second = await harness.turns.wait(conversation, request)
+    assert second.status == "completed" and second.continuation
+    assert second.text == "part two"
+    messages = await (await harness.store()).messages(conversation)
+    assert [(m.role, m.text) for m in messages] == [
+        ("user", "write"),
+        ("assistant", "part one"),
+        ("assistant", "part two"),
+    ], "the ephemeral continue prompt is never persisted"
+    assert messages[2].metadata["continuation"] is True
+    turn = await (await harness.store()).get_turn(f"{conversation}/turn-2")
+    assert turn is not None and turn.body == {"mode": "essay"}, "body defaults to the last request's"
+
+
+async def test_continue_without_an_assistant_message_is_skipped(harness: Harness) -> None:
+    harness.start_worker()
+    conversation = harness.conv("continue-skip")
+    failed = await harness.send(conversation, "hi", model="nosuch:model")
+    assert failed.status == "error"
+    request = await harness.turns.continue_last_turn(conversation)
+    skipped = await harness.turns.wait(conversation, request)
+    assert skipped.status == "skipped"
+    state = await harness.turns.state(conversation)
+    assert [r.status for r in state.recent] == ["error", "skipped"]
+    messages = await (await harness.store()).messages(conversation)
+    assert [m.role for m in messages] == ["user"]
+
+
+async def test_cancel_a_queued_request_it_never_runs(harness: Harness) -> None:
+    harness.start_worker()
+    slow = harness.script([{"text": "a b c d e f g h", "delay_ms": 150}])
+    conversation = harness.conv("cancel-queued")
+    first = await harness.turns.submit(conversation, "first", model=slow)
+    second = await harness.turns.submit(conversation, "second", model=slow)
+    await harness.turns.cancel(conversation, second)
+    r1 = await harness.turns.wait(conversation, first)
+    r2 = await harness.turns.wait(conversation, second)
+    assert r1.status == "completed" and r2.status == "aborted"
+    messages = await (await harness.store()).messages(conversation)
+    assert [m.text for m in messages] == ["first", "a b c d e f g h"]
+    state = await harness.turns.state(conversation)
+    assert state.turn_count == 1
+
+
+async def test_cancel_the_running_turn(harness: Harness) -> None:
+    harness.start_worker()
+    slow = harness.script([{"text": " ".join(["word"] * 60), "delay_ms": 100}])
+    conversation = harness.conv("cancel-running")
+    request = await harness.turns.submit(conversation, "go", model=slow)
+    await wait_until(lambda: _running(harness, conversation))
+    await asyncio.sleep(0.5)
+    await harness.turns.cancel(conversation)
+    result = await asyncio.wait_for(harness.turns.wait(conversation, request), 30)
+    assert result.status == "aborted"
+    # the conversation goes on
+    after = await harness.send(conversation, "again", model="demo:echo")
+    assert after.status == "completed" and after.turn_number == 2
+
+
+async def _running(harness: Harness, conversation: str) -> bool:
+    try:
+        state = await harness.turns.state(conversation)
+    except Exception:
+        return False
+    return state.running is not None
