@@ -26,6 +26,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities.models import ModelRegistry
 from activities.models.providers import register_providers
 from activities.store import TranscriptStore, open_store
+from activities.streams import open_stream_backend
 from activities.turn_activities import TurnActivities
 from durable_turns.codec import data_converter_from_env
 from durable_turns.config import Settings
@@ -127,10 +128,13 @@ async def running_worker(
     hooks = hooks or load_hooks(settings.hooks)
     session = hooks.configure_session(Session())
     store = store or open_store(settings.resolved_store_url)
+    streams = open_stream_backend(settings.resolved_chunk_stream_url)
     models = build_models(settings)
     await store.open()
+    if streams is not None:
+        await streams.open()
     activities = TurnActivities(
-        store, models, tools or load_tools(settings.tools), hooks, settings, session
+        store, models, tools or load_tools(settings.tools), hooks, settings, session, streams
     )
     worker = Worker(
         client,
@@ -146,6 +150,8 @@ async def running_worker(
     finally:
         await models.aclose()
         await store.close()
+        if streams is not None:
+            await streams.close()
 
 
 async def serve(settings: Settings) -> None:

@@ -138,9 +138,14 @@ async def consume(
     heartbeat: Heartbeat,
     heartbeat_every_s: float,
     on_chunk: OnChunk | None = None,
+    sink: Callable[[StreamPart], None] | None = None,
     snapshot: StepSnapshot | None = None,
 ) -> StepSnapshot:
-    """Drive ``stream`` to its end into a snapshot; raise ``StreamStalled`` on silence."""
+    """Drive ``stream`` to its end into a snapshot; raise ``StreamStalled`` on silence.
+
+    ``sink`` (synchronous, e.g. the chunk-stream publisher) and ``on_chunk`` (the hook) see
+    every part but the final ``FinishChunk``.
+    """
     snap = snapshot if snapshot is not None else StepSnapshot()
     stall_s = stall_timeout_ms / 1000 if stall_timeout_ms > 0 else None
     clock = time.monotonic
@@ -172,7 +177,11 @@ async def consume(
                 heartbeat(snap.chunks)
                 last_beat = now
             accumulate(snap, chunk)
-            if on_chunk is not None and not isinstance(chunk, FinishChunk):
+            if isinstance(chunk, FinishChunk):
+                continue
+            if sink is not None:
+                sink(chunk)
+            if on_chunk is not None:
                 await on_chunk(chunk)
     except asyncio.CancelledError:
         if stalled:

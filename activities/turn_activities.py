@@ -25,6 +25,7 @@ from activities.errors import INVALID_MODEL, STREAM_STALLED, hook_failure, provi
 from activities.models import ModelRegistry, ModelRequest, ProviderError
 from activities.store import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
 from activities.streaming import StepSnapshot, StreamStalled, consume
+from activities.streams import ChunkPublisher, ChunkStreamBackend
 from durable_turns.config import Settings
 from durable_turns.contract import (
     BeginTurnInput,
@@ -109,8 +110,10 @@ class TurnActivities:
         hooks: TurnHooks,
         settings: Settings,
         session: Session | None = None,
+        streams: ChunkStreamBackend | None = None,
     ) -> None:
         self.store = store
+        self.streams = streams
         self.models = models
         self.tools = tools
         self.hooks = hooks
@@ -314,24 +317,45 @@ class TurnActivities:
             stall_ms = (config.timeout.chunk_ms if config.timeout else None) or self.settings.stall_timeout_ms
 
         on_chunk = self._chunk_callback(inp) if self._on_chunk else None
-        try:
-            snapshot = await consume(
-                provider.stream(request),
-                stall_timeout_ms=stall_ms,
-                heartbeat=activity.heartbeat,
-                heartbeat_every_s=self._beat_every,
-                on_chunk=on_chunk,
-            )
-        except StreamStalled as e:
-            raise ApplicationError(str(e), type=STREAM_STALLED) from e
-        except ProviderError as e:
-            overflow = self._classify(e, inp.turn)
-            if overflow:
-                return StepSummary(step=inp.step, outcome="context_overflow", error=str(e))
-            raise provider_failure(e) from e
+        async with self._publisher(turn.turn_id, inp.step) as publisher:
+            if publisher is not None:
+                if activity.info().attempt > 1:  # readers drop what earlier attempts streamed
+                    await publisher.reset(activity.info().attempt, reason="retry")
+                await publisher.step_start(inp.step, {"model": model})
+            try:
+                snapshot = await consume(
+                    provider.stream(request),
+                    stall_timeout_ms=stall_ms,
+                    heartbeat=activity.heartbeat,
+                    heartbeat_every_s=self._beat_every,
+                    on_chunk=on_chunk,
+                    sink=publisher.publish_chunk if publisher is not None else None,
+                )
+            except StreamStalled as e:
+                raise ApplicationError(str(e), type=STREAM_STALLED) from e
+            except ProviderError as e:
+                overflow = self._classify(e, inp.turn)
+                if overflow:
+                    return StepSummary(step=inp.step, outcome="context_overflow", error=str(e))
+                raise provider_failure(e) from e
 
-        record = _record(inp.step, turn.run, model, snapshot)
-        return _summary(await self.store.save_step(turn.turn_id, record))
+            record = _record(inp.step, turn.run, model, snapshot)
+            summary = _summary(await self.store.save_step(turn.turn_id, record))
+            if publisher is not None:
+                await publisher.step_finish(
+                    {"finish_reason": summary.finish_reason, "usage": summary.usage.model_dump()}
+                )
+            return summary
+
+    @contextlib.asynccontextmanager
+    async def _publisher(self, turn_id: str, step: int | None) -> AsyncIterator[ChunkPublisher | None]:
+        """The turn's live chunk stream (None when streaming is off); always flushed."""
+        if self.streams is None:
+            yield None
+            return
+        attempt = activity.info().attempt
+        async with ChunkPublisher(self.streams, turn_id, step=step, attempt=attempt) as publisher:
+            yield publisher
 
     def _chunk_callback(self, inp: ModelStepInput):  # type: ignore[no-untyped-def]
         hooks, step, request_id = self.hooks, inp.step, inp.turn.request_id
@@ -405,7 +429,11 @@ class TurnActivities:
             blocked=blocked,
             duration_ms=duration_ms,
         )
-        return _outcome(await self.store.save_tool_result(ref.turn_id, record))
+        saved = await self.store.save_tool_result(ref.turn_id, record)
+        async with self._publisher(ref.turn_id, inp.step) as publisher:
+            if publisher is not None:
+                await publisher.tool_result(ctx_build.tool_result_part(saved).model_dump(mode="json"))
+        return _outcome(saved)
 
     async def _run_tool(
         self, turn: TurnRecord, inp: ToolCallInput, call: ToolCallPart, available: set[str]
@@ -533,13 +561,19 @@ class TurnActivities:
         turn.error = error.model_dump() if error else None
         await self.store.save_turn(turn)
         usage = sum((s.usage for s in steps), Usage())
+        text = ctx_build.message_text(message)
+        async with self._publisher(turn.turn_id, None) as publisher:
+            if publisher is not None:
+                await publisher.turn_finish(
+                    status, {"text": text, "error": error.model_dump() if error else None}
+                )
         return TurnResult(
             request_id=turn.request_id,
             conversation_id=turn.conversation_id,
             turn_number=turn.turn_number,
             workflow_id=turn_workflow_id(turn.conversation_id, turn.turn_number),
             status=status,  # type: ignore[arg-type]
-            text=ctx_build.message_text(message),
+            text=text,
             message_id=message.id if message.parts else None,
             steps=len(steps),
             continuation=turn.continuation,

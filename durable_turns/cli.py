@@ -45,11 +45,37 @@ async def _client(settings: Settings):  # type: ignore[no-untyped-def]
 
 
 async def chat(args: argparse.Namespace, settings: Settings) -> int:
+    """Submit the message, print the reply live from the chunk stream, then its status."""
     client = await _client(settings)
     body = json.loads(args.body) if args.body else None
-    result = await client.send(args.conversation, args.message, model=args.model, body=body)
-    _print_result(result)
+    request_id = await client.submit(args.conversation, args.message, model=args.model, body=body)
+    number = await client.turn_number(args.conversation, request_id)
+    if number and client.stream_url not in ("none", "off"):
+        await _print_live(client, args.conversation, number)
+    result = await client.wait(args.conversation, request_id)
+    if not number or client.stream_url in ("none", "off"):
+        _print_result(result)
+    else:
+        _print_result(result.model_copy(update={"text": ""}))
+    await client.aclose()
     return 0 if result.status == "completed" else 1
+
+
+async def _print_live(client: Any, conversation: str, number: int) -> None:
+    out = sys.stdout
+    async for event in client.chunks(conversation, number):
+        if event.type == "chunk" and event.data.get("type") == "text-delta":
+            out.write(event.data["text"])
+            out.flush()
+        elif event.type == "chunk" and event.data.get("type") == "tool-call":
+            out.write(f"\n  → {event.data['tool_name']}({json.dumps(event.data['input'])})\n")
+        elif event.type == "tool-result":
+            out.write(f"  ← {json.dumps(event.data.get('output'))}\n")
+        elif event.type == "reset":
+            out.write("\n[the model step is being retried; its partial output above is replaced]\n")
+        elif event.type == "step-start" and event.step:
+            out.write("\n")
+    out.write("\n")
 
 
 async def continue_turn(args: argparse.Namespace, settings: Settings) -> int:

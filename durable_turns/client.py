@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
@@ -28,17 +29,23 @@ from durable_turns.contract import (
     UPDATE_SEND,
     ConversationState,
     TurnResult,
+    turn_id,
     turn_workflow_id,
 )
 from durable_turns.messages import Message, user_message
+
+if TYPE_CHECKING:
+    from activities.streams import ChunkStreamBackend, StreamEvent
 
 FINAL = ("completed", "error", "aborted", "skipped", "rejected")
 
 
 class TurnsClient:
-    def __init__(self, client: Client, task_queue: str) -> None:
+    def __init__(self, client: Client, task_queue: str, stream_url: str | None = None) -> None:
         self.client = client
         self.task_queue = task_queue
+        self.stream_url = stream_url
+        self._streams: ChunkStreamBackend | None = None
 
     @classmethod
     async def connect(cls, settings: Settings | None = None) -> TurnsClient:
@@ -46,7 +53,12 @@ class TurnsClient:
         client = await Client.connect(
             settings.address, namespace=settings.namespace, data_converter=data_converter_from_env()
         )
-        return cls(client, settings.task_queue)
+        return cls(client, settings.task_queue, settings.resolved_chunk_stream_url)
+
+    async def aclose(self) -> None:
+        if self._streams is not None:
+            await self._streams.close()
+            self._streams = None
 
     def conversation(self, conversation_id: str) -> WorkflowHandle[Any, Any]:
         return self.client.get_workflow_handle(conversation_id)
@@ -144,6 +156,41 @@ class TurnsClient:
                     error=record.error,
                 )
             await asyncio.sleep(poll_s)
+
+    async def turn_number(self, conversation_id: str, request_id: str, poll_s: float = 0.05) -> int:
+        """The turn a request runs as, once it has started (0 if it never will)."""
+        while True:
+            state = await self.state(conversation_id)
+            records = [*state.recent, *([state.running] if state.running else [])]
+            record = next((r for r in records if r.request_id == request_id), None)
+            if record is not None and record.turn_number is not None:
+                return record.turn_number
+            if record is not None and record.status in FINAL:
+                return 0
+            await asyncio.sleep(poll_s)
+
+    async def chunks(
+        self, conversation_id: str, turn_number: int, after: int = -1
+    ) -> AsyncIterator[StreamEvent]:
+        """A turn's live chunk stream from an offset (-1: from the start), until it finishes.
+
+        Reconnect with the last offset you saw to get exactly the events after it.
+        ``reset`` events mean a retried model step: drop what that step streamed before.
+        """
+        streams = await self._stream_backend()
+        async for event in streams.follow(turn_id(conversation_id, turn_number), after=after):
+            yield event
+
+    async def _stream_backend(self) -> ChunkStreamBackend:
+        from activities.streams import open_stream_backend
+
+        if self._streams is None:
+            backend = open_stream_backend(self.stream_url)
+            if backend is None:
+                raise RuntimeError("live chunk streams are off (TURNS_CHUNK_STREAM_URL=none)")
+            await backend.open()
+            self._streams = backend
+        return self._streams
 
     async def _signal_with_start(self, conversation_id: str, signal: str, arg: Any) -> None:
         await self.client.start_workflow(

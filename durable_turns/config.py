@@ -41,6 +41,8 @@ class Settings:
     """TURNS_TOOLS: comma-separated modules of tools (the demo tools are always there)."""
     hooks: str | None = None
     """TURNS_HOOKS: ``module:Class``, a TurnHooks subclass."""
+    chunk_stream_url: str | None = None
+    """TURNS_CHUNK_STREAM_URL: live chunks: sqlite:///…, redis://…, or none; default SQLite."""
     stall_timeout_ms: int = 0
     """TURNS_STALL_TIMEOUT_MS: the stream-stall watchdog's default (0 disables it)."""
     heartbeat_timeout_s: float = 30.0
@@ -63,6 +65,7 @@ class Settings:
             max_steps=int(_env("TURNS_MAX_STEPS", str(DEFAULT_MAX_STEPS)) or DEFAULT_MAX_STEPS),
             tools=[t.strip() for t in tools.split(",") if t.strip()] if tools else [],
             hooks=_env("TURNS_HOOKS"),
+            chunk_stream_url=_env("TURNS_CHUNK_STREAM_URL"),
             stall_timeout_ms=int(_env("TURNS_STALL_TIMEOUT_MS", "0") or 0),
             heartbeat_timeout_s=float(_env("TURNS_HEARTBEAT_TIMEOUT_S", "30") or 30),
             step_timeout_s=float(_env("TURNS_STEP_TIMEOUT_S", "600") or 600),
@@ -88,6 +91,10 @@ class Settings:
     @property
     def resolved_store_url(self) -> str:
         return self.store_url or f"sqlite:///{self.data_dir / 'transcripts.db'}"
+
+    @property
+    def resolved_chunk_stream_url(self) -> str:
+        return self.chunk_stream_url or f"sqlite:///{self.data_dir / 'chunks.db'}"
 
     def with_overrides(self, **changes: object) -> Settings:
         known = {f.name for f in fields(self)}

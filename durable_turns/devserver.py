@@ -109,7 +109,7 @@ class EmbeddedServer:
             *dev_server_args(),
         ]
         cmd += ["--ui-port", str(self.ui_port)] if self.ui else ["--headless"]
-        log = open(self.data_dir / "temporal-server.log", "ab")  # noqa: SIM115 - owned by the child
+        log = open(self.data_dir / "temporal-server.log", "ab")
         self.process = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
         )

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from activities.sqlite_wal import connect_wal
 from activities.store.base import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
 from durable_turns.messages import Message
 
@@ -60,12 +61,7 @@ class SQLiteStore(TranscriptStore):
         await asyncio.to_thread(self._connect)
 
     def _connect(self) -> None:
-        conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30, isolation_level=None)
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA busy_timeout=30000")
-        conn.executescript(SCHEMA)
-        self._conn = conn
+        self._conn = connect_wal(self.path, SCHEMA)
 
     async def close(self) -> None:
         if self._conn is not None:

@@ -1,0 +1,84 @@
+"""A turn's out-of-band chunk stream, chosen by URL.
+
+``sqlite:///rel.db`` / ``sqlite:////abs.db`` (as the transcript store), ``redis://host:port/db``
+(or ``rediss://``; optional ``?prefix=…&ttl=SECONDS&maxlen=BATCHES``), ``memory://[name]``
+for unit tests, and ``none`` or empty for no stream at all.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from activities.streams.base import (
+    CHUNK,
+    RESET,
+    STEP_FINISH,
+    STEP_START,
+    TOOL_RESULT,
+    TURN_FINISH,
+    ChunkPublisher,
+    ChunkStreamBackend,
+    MemoryBackend,
+    StreamEvent,
+    encode_event,
+    live_events,
+)
+
+_REDIS_OPTIONS = frozenset({"prefix", "ttl", "maxlen", "block_ms"})
+"""Query parameters the backend takes; the rest go to the redis client (e.g. password)."""
+
+
+def open_stream_backend(url: str | None) -> ChunkStreamBackend | None:
+    """Build (not yet open) the backend a URL names; None when streaming is disabled."""
+    url = (url or "").strip()
+    if url.lower() in ("", "none", "off", "disabled"):
+        return None
+    if url.startswith("sqlite://"):
+        from activities.streams.sqlite import SQLiteStreamBackend
+
+        path = url.removeprefix("sqlite://")
+        if path.startswith("/"):  # sqlite:///rel.db is relative, sqlite:////abs.db absolute
+            path = path[1:]
+        return SQLiteStreamBackend(path or ":memory:")
+    if url.startswith(("redis://", "rediss://")):
+        try:
+            from activities.streams.redis import RedisStreamBackend
+        except ImportError as e:  # pragma: no cover - depends on the install
+            raise ValueError(
+                "a Redis chunk stream needs the 'redis' extra: pip install 'durable-turns[redis]'"
+            ) from e
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        ours = {k: v for k, v in query if k in _REDIS_OPTIONS}
+        rest = [(k, v) for k, v in query if k not in _REDIS_OPTIONS]
+        client_url = urlunsplit(parts._replace(query=urlencode(rest)))
+        return RedisStreamBackend(
+            client_url,
+            prefix=ours.get("prefix", "turns:chunks:"),
+            ttl_s=int(ours.get("ttl", 24 * 3600)),
+            maxlen=int(ours.get("maxlen", 10_000)),
+            block_ms=int(ours.get("block_ms", 1000)),
+        )
+    if url.startswith("memory://"):
+        return MemoryBackend(url.removeprefix("memory://"))
+    raise ValueError(
+        f"unknown chunk stream URL {url!r}: use sqlite:///PATH, redis://HOST:PORT/DB,"
+        " memory:// or none"
+    )
+
+
+__all__ = [
+    "CHUNK",
+    "RESET",
+    "STEP_FINISH",
+    "STEP_START",
+    "TOOL_RESULT",
+    "TURN_FINISH",
+    "ChunkPublisher",
+    "ChunkStreamBackend",
+    "MemoryBackend",
+    "StreamEvent",
+    "encode_event",
+    "live_events",
+    "open_stream_backend",
+]

@@ -1,0 +1,417 @@
+"""The out-of-band chunk stream of a turn: event model, backend interface, batching publisher.
+
+A chat backend shows a turn's reply token by token, but the chunks must stay out of Temporal
+history: thousands of tiny events per turn would bloat it and slow every replay. The
+model-step activity publishes them to a per-turn stream instead, and readers read it from
+any offset, as many times and as late as they like.
+
+Offsets are assigned by the backend, never by a publisher, so they are gap-free and strictly
+increasing per stream even when a retried activity on another worker (another process)
+appends after the previous attempt's chunks. A retried attempt first writes a ``reset``
+marker; ``live_events`` applies it for readers.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, ClassVar, Final, Self
+
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger(__name__)
+
+# --- the event model ---------------------------------------------------------------------
+
+CHUNK: Final = "chunk"
+"""One ``StreamPart`` of a model step (``data`` is its ``model_dump(mode="json")``)."""
+RESET: Final = "reset"
+"""A retried attempt starts: drop what earlier attempts of the step streamed."""
+STEP_START: Final = "step-start"
+STEP_FINISH: Final = "step-finish"
+TOOL_RESULT: Final = "tool-result"
+TURN_FINISH: Final = "turn-finish"
+"""The last event of a turn (``data["status"]``); ``follow()`` ends after it."""
+
+
+class StreamEvent(BaseModel):
+    """One event of a turn's stream, as readers see it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    offset: int
+    """Position in the stream: 0, 1, 2… with no gaps; resume with ``after=offset``."""
+    type: str
+    data: dict[str, Any] = Field(default_factory=dict)
+    step: int | None = None
+    """The model step that published the event, when the publisher knew it."""
+    attempt: int | None = None
+    """The activity attempt that published the event (1 for the first)."""
+
+
+def encode_event(
+    event_type: str, data: Any = None, step: int | None = None, attempt: int | None = None
+) -> dict[str, Any]:
+    """The wire form of one event (what ``append`` takes): pydantic models are dumped."""
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json")
+    event: dict[str, Any] = {"type": event_type, "data": {} if data is None else data}
+    if step is not None:
+        event["step"] = step
+    if attempt is not None:
+        event["attempt"] = attempt
+    return event
+
+
+def encode_batch(events: Sequence[Mapping[str, Any]]) -> str:
+    """One batch's stored body: a compact JSON list of wire events."""
+    return json.dumps(list(events), separators=(",", ":"))
+
+
+def decode_batch(first_offset: int, body: str | bytes, after: int = -1) -> list[StreamEvent]:
+    """The events of a stored batch whose offset is greater than ``after``."""
+    return decode_events(first_offset, json.loads(body), after)
+
+
+def decode_events(
+    first_offset: int, items: Sequence[Mapping[str, Any]], after: int = -1
+) -> list[StreamEvent]:
+    """Wire events numbered from ``first_offset``, keeping those past ``after``."""
+    out = []
+    for i in range(max(after - first_offset + 1, 0), len(items)):
+        e, offset = items[i], first_offset + i
+        out.append(
+            StreamEvent(
+                offset=offset,
+                type=e["type"],
+                data=e.get("data") or {},
+                step=e.get("step"),
+                attempt=e.get("attempt"),
+            )
+        )
+    return out
+
+
+def live_events(events: Iterable[StreamEvent]) -> list[StreamEvent]:
+    """The events a UI should render: what retries invalidated is dropped.
+
+    A ``reset`` of step *s* by attempt *a* drops every earlier event of *s* from an older
+    attempt, and later ones too (a worker that lost its activity may still be streaming).
+    A reset without a step drops everything since the last ``step-finish``. Reset markers
+    themselves are not returned.
+    """
+    out: list[StreamEvent] = []
+    current: dict[int, int] = {}
+    for ev in events:
+        if ev.type == RESET:
+            if ev.step is None:
+                i = len(out)
+                while i and out[i - 1].type != STEP_FINISH:
+                    i -= 1
+                del out[i:]
+            else:
+                a = ev.attempt or 0
+                current[ev.step] = max(current.get(ev.step, 0), a)
+                out = [e for e in out if not (e.step == ev.step and (e.attempt or 0) < a)]
+            continue
+        if ev.step is not None and (ev.attempt or 0) < current.get(ev.step, 0):
+            continue
+        out.append(ev)
+    return out
+
+
+# --- the backend interface ---------------------------------------------------------------
+
+
+class ChunkStreamBackend(abc.ABC):
+    """Append-only, per-turn streams of events with backend-assigned offsets.
+
+    Implementations: SQLite (one file shared by processes, readers poll), Redis Streams
+    (blocking reads, TTL) and an in-process one for unit tests.
+    """
+
+    async def open(self) -> None:
+        """Connect (and create the schema); nothing to do by default."""
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @abc.abstractmethod
+    async def append(self, stream_id: str, events: Sequence[Mapping[str, Any]]) -> int:
+        """Append wire events (see ``encode_event``) atomically; return the last offset.
+
+        The offsets are the next ones of the stream, whatever process appends concurrently.
+        An empty list appends nothing and returns the current last offset.
+        """
+
+    @abc.abstractmethod
+    async def read(
+        self, stream_id: str, after: int = -1, limit: int | None = None
+    ) -> list[StreamEvent]:
+        """The events with offset > ``after`` (all of them from -1), in order, at most ``limit``."""
+
+    @abc.abstractmethod
+    async def last_offset(self, stream_id: str) -> int:
+        """The stream's last offset, -1 when it is empty or unknown."""
+
+    @abc.abstractmethod
+    async def delete(self, stream_id: str) -> None: ...
+
+    async def expire(self, stream_id: str, ttl_s: float) -> None:
+        """Let the stream vanish ``ttl_s`` from now, where the backend can (Redis)."""
+        return None
+
+    async def trim(self, older_than_s: float) -> int:
+        """Delete what was written longer ago than ``older_than_s``; return how many batches."""
+        return 0
+
+    async def follow(
+        self,
+        stream_id: str,
+        after: int = -1,
+        *,
+        poll_interval: float = 0.05,
+        until_finished: bool = True,
+        idle_timeout: float | None = None,
+    ) -> AsyncIterator[StreamEvent]:
+        """Yield the events after ``after`` as they arrive, ending after ``turn-finish``.
+
+        This default polls ``read``; Redis blocks on the server instead. ``idle_timeout``
+        ends the iteration quietly when nothing new arrives for that long (a turn whose
+        worker died before its ``turn-finish``); the caller sees no ``turn-finish`` then.
+        """
+        cursor = after
+        idle_since = time.monotonic()
+        while True:
+            events = await self.read(stream_id, cursor, limit=1024)
+            for ev in events:
+                cursor = ev.offset
+                yield ev
+                if until_finished and ev.type == TURN_FINISH:
+                    return
+            now = time.monotonic()
+            if events:
+                idle_since = now
+                continue
+            if idle_timeout is not None and now - idle_since >= idle_timeout:
+                return
+            await asyncio.sleep(poll_interval)
+
+
+class MemoryBackend(ChunkStreamBackend):
+    """In-process streams, shared by every instance with the same name: for unit tests only."""
+
+    _registry: ClassVar[dict[str, dict[str, list[StreamEvent]]]] = {}
+
+    def __init__(self, name: str = "") -> None:
+        self.name = name
+        self._streams = self._registry.setdefault(name, {})
+
+    async def append(self, stream_id: str, events: Sequence[Mapping[str, Any]]) -> int:
+        stream = self._streams.setdefault(stream_id, [])
+        stream.extend(decode_batch(len(stream), encode_batch(events)))
+        return len(stream) - 1
+
+    async def read(
+        self, stream_id: str, after: int = -1, limit: int | None = None
+    ) -> list[StreamEvent]:
+        stream = self._streams.get(stream_id, [])
+        start = max(after + 1, 0)
+        return stream[start : None if limit is None else start + limit]
+
+    async def last_offset(self, stream_id: str) -> int:
+        return len(self._streams.get(stream_id, [])) - 1
+
+    async def delete(self, stream_id: str) -> None:
+        self._streams.pop(stream_id, None)
+
+
+# --- the publisher -----------------------------------------------------------------------
+
+
+class ChunkPublisher:
+    """Batches one producer's events into few backend appends.
+
+    ``publish`` is synchronous and costs a list append: it runs once per model chunk, on
+    the path the stall watchdog measures. A background task flushes the buffer
+    ``flush_interval_s`` after its first event, or at once when it holds ``max_batch``
+    events; boundaries (``step_start``, ``step_finish``, ``tool_result``, ``turn_finish``,
+    ``reset``) and ``aclose`` flush before returning, so readers see them promptly and
+    nothing is lost when the activity ends.
+
+    A failed background flush is logged and retried (the events stay buffered, in order);
+    ``flush``/``aclose`` raise the backend's error.
+    """
+
+    def __init__(
+        self,
+        backend: ChunkStreamBackend,
+        stream_id: str,
+        *,
+        step: int | None = None,
+        attempt: int | None = None,
+        flush_interval_s: float = 0.03,
+        max_batch: int = 256,
+    ) -> None:
+        if max_batch < 1 or flush_interval_s < 0:
+            raise ValueError("max_batch must be >= 1 and flush_interval_s >= 0")
+        self.backend = backend
+        self.stream_id = stream_id
+        self.step = step
+        """Stamped on every event published from now on (``step_start`` sets it)."""
+        self.attempt = attempt
+        """Stamped on every event published from now on (``reset`` sets it)."""
+        self.flush_interval_s = flush_interval_s
+        self.max_batch = max_batch
+        self.last_offset = -1
+        """The last offset this publisher wrote (-1 before its first flush)."""
+        self.appends = 0
+        """How many backend appends this publisher made."""
+        self._buf: list[tuple[str, Any, int | None, int | None]] = []
+        self._lock = asyncio.Lock()
+        self._kick = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    @property
+    def pending(self) -> int:
+        """Events published but not yet appended."""
+        return len(self._buf)
+
+    def publish(self, event_type: str, data: Any = None) -> None:
+        """Buffer one event (a dict or a pydantic model, dumped at flush time)."""
+        buf = self._buf
+        buf.append((event_type, data, self.step, self.attempt))
+        n = len(buf)
+        if n == 1 or n >= self.max_batch:
+            self._wake()
+
+    def publish_chunk(self, chunk: BaseModel) -> None:
+        """Buffer one ``StreamPart`` of the model's stream."""
+        self.publish(CHUNK, chunk)
+
+    def _wake(self) -> None:
+        if self._closed:
+            raise RuntimeError("publish() after aclose()")
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._flusher())
+        self._kick.set()
+
+    async def _flusher(self) -> None:
+        while True:
+            if not self._buf:
+                self._kick.clear()
+                await self._kick.wait()  # set by the first event into an empty buffer
+                continue
+            if len(self._buf) < self.max_batch:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.flush_interval_s):
+                        while len(self._buf) < self.max_batch:
+                            self._kick.clear()
+                            await self._kick.wait()  # set when a batch is full
+            try:
+                await self._flush(drain=False)
+            except Exception as e:
+                log.warning("chunk stream %s: flush failed, will retry: %r", self.stream_id, e)
+                await asyncio.sleep(max(self.flush_interval_s, 0.1))
+
+    async def flush(self) -> int:
+        """Append everything buffered, in batches of at most ``max_batch``; the last offset."""
+        return await self._flush(drain=True)
+
+    async def _flush(self, drain: bool) -> int:
+        """Append the buffer; without ``drain`` only what it held on entry.
+
+        The background flusher must not drain: events published while an append is in
+        flight would otherwise go out in a stream of tiny batches, one per round trip,
+        instead of waiting for the next interval.
+        """
+        async with self._lock:
+            buf = self._buf
+            todo = len(buf)
+            while buf and (drain or todo > 0):
+                n = min(len(buf) if drain else todo, self.max_batch)
+                events = [encode_event(*item) for item in buf[:n]]
+                self.last_offset = await self.backend.append(self.stream_id, events)
+                self.appends += 1
+                del buf[:n]  # only now: a failed append keeps its events for the retry
+                todo -= n
+        return self.last_offset
+
+    async def boundary(self, event_type: str, data: Any = None) -> int:
+        """Publish one event and flush: boundaries reach readers without the batching delay."""
+        self.publish(event_type, data)
+        return await self.flush()
+
+    async def reset(self, attempt: int | None = None, reason: str | None = None) -> int:
+        """Start a new attempt: drop unflushed events of the old one and write a reset marker.
+
+        Call it first thing in a retried model-step activity (``activity.info().attempt >
+        1``); readers then drop the step's partial output (see ``live_events``).
+        """
+        async with self._lock:
+            self._buf.clear()
+        if attempt is not None:
+            self.attempt = attempt
+        return await self.boundary(RESET, {"reason": reason} if reason else None)
+
+    async def step_start(self, step: int | None = None, data: Any = None) -> int:
+        if step is not None:
+            self.step = step
+        return await self.boundary(STEP_START, data)
+
+    async def step_finish(self, data: Any = None) -> int:
+        """E.g. ``{"finish_reason": ..., "usage": {...}}``."""
+        return await self.boundary(STEP_FINISH, data)
+
+    async def tool_result(self, data: Any) -> int:
+        """A tool call's result (a ``ToolResultChunk`` or its dict)."""
+        return await self.boundary(TOOL_RESULT, data)
+
+    async def turn_finish(self, status: str, data: Mapping[str, Any] | None = None) -> int:
+        """The turn's final status: the last event of the stream."""
+        return await self.boundary(TURN_FINISH, {**(data or {}), "status": status})
+
+    async def aclose(self) -> None:
+        """Flush what is left and stop the background flusher."""
+        if self._closed:
+            return
+        try:
+            await self.flush()
+        finally:
+            self._closed = True
+            if self._task is not None:
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+                self._task = None

@@ -1,0 +1,140 @@
+"""SQLite chunk streams: one row per batch in a WAL file that workers and readers share.
+
+The embedded default, needing no server. Offsets are allocated inside a ``BEGIN IMMEDIATE``
+transaction (the file's write lock), so appends from different processes serialise and
+never collide; WAL lets readers poll while a writer appends. The standard library's
+sqlite3 runs on a worker thread, like the transcript store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from activities.sqlite_wal import connect_wal
+from activities.streams.base import ChunkStreamBackend, StreamEvent, decode_batch, encode_batch
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS chunk_batches (
+    stream_id TEXT NOT NULL,
+    first_offset INTEGER NOT NULL,
+    last_offset INTEGER NOT NULL,
+    body TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (stream_id, first_offset)
+);
+CREATE INDEX IF NOT EXISTS chunk_batches_by_last ON chunk_batches (stream_id, last_offset);
+"""
+
+
+class SQLiteStreamBackend(ChunkStreamBackend):
+    """Batches as rows ``(stream_id, first_offset, last_offset, body)``; readers poll."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    async def open(self) -> None:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(self._connect)
+
+    def _connect(self) -> None:
+        self._conn = connect_wal(self.path, SCHEMA)
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await asyncio.to_thread(conn.close)
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RuntimeError("SQLiteStreamBackend is not open")
+        return self._conn
+
+    async def append(self, stream_id: str, events: Sequence[Mapping[str, Any]]) -> int:
+        if not events:
+            return await self.last_offset(stream_id)
+        return await asyncio.to_thread(self._append, stream_id, encode_batch(events), len(events))
+
+    def _append(self, stream_id: str, body: str, n: int) -> int:
+        conn = self._db()
+        with self._lock:
+            conn.execute("BEGIN IMMEDIATE")  # the write lock: no other process allocates now
+            try:
+                row = conn.execute(
+                    "SELECT last_offset FROM chunk_batches WHERE stream_id = ?"
+                    " ORDER BY first_offset DESC LIMIT 1",
+                    (stream_id,),
+                ).fetchone()
+                first = row[0] + 1 if row else 0
+                conn.execute(
+                    "INSERT INTO chunk_batches"
+                    " (stream_id, first_offset, last_offset, body, created_at)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (stream_id, first, first + n - 1, body, time.time()),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        return first + n - 1
+
+    def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        conn = self._db()
+        with self._lock:
+            return conn.execute(sql, params).fetchall()
+
+    async def read(
+        self, stream_id: str, after: int = -1, limit: int | None = None
+    ) -> list[StreamEvent]:
+        # Each row holds at least one event past ``after``, so ``limit`` rows are enough.
+        rows = await asyncio.to_thread(
+            self._query,
+            "SELECT first_offset, body FROM chunk_batches WHERE stream_id = ? AND last_offset > ?"
+            " ORDER BY last_offset LIMIT ?",
+            (stream_id, after, -1 if limit is None else limit),
+        )
+        out: list[StreamEvent] = []
+        for first, body in rows:
+            out.extend(decode_batch(first, body, after))
+        return out if limit is None else out[:limit]
+
+    async def last_offset(self, stream_id: str) -> int:
+        rows = await asyncio.to_thread(
+            self._query,
+            "SELECT last_offset FROM chunk_batches WHERE stream_id = ?"
+            " ORDER BY first_offset DESC LIMIT 1",
+            (stream_id,),
+        )
+        return int(rows[0][0]) if rows else -1
+
+    async def delete(self, stream_id: str) -> None:
+        await asyncio.to_thread(
+            self._query, "DELETE FROM chunk_batches WHERE stream_id = ?", (stream_id,)
+        )
+
+    async def trim(self, older_than_s: float) -> int:
+        """Delete whole streams whose last batch is older than ``older_than_s``.
+
+        Whole streams only, so a late reader never meets a gap at the head of a stream, and
+        an idle stream's offsets are never restarted under a reader that still holds one.
+        """
+        cutoff = time.time() - older_than_s
+        return await asyncio.to_thread(self._trim, cutoff)
+
+    def _trim(self, cutoff: float) -> int:
+        conn = self._db()
+        with self._lock:
+            cur = conn.execute(
+                "DELETE FROM chunk_batches WHERE stream_id IN (SELECT stream_id"
+                " FROM chunk_batches GROUP BY stream_id HAVING MAX(created_at) < ?)",
+                (cutoff,),
+            )
+            return cur.rowcount
