@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -81,8 +82,25 @@ def build_models(settings: Settings) -> ModelRegistry:
 
 
 async def connect(settings: Settings) -> Client:
+    """The client (and so the worker's runtime), with metrics and tracing when configured."""
+    runtime = None
+    if settings.prometheus_bind:
+        runtime = Runtime(
+            telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=settings.prometheus_bind))
+        )
+    interceptors = []
+    if settings.otel:
+        try:
+            from temporalio.contrib.opentelemetry import TracingInterceptor
+        except ImportError as e:
+            raise ValueError("TURNS_OTEL needs the 'otel' extra: pip install 'durable-turns[otel]'") from e
+        interceptors.append(TracingInterceptor())
     return await Client.connect(
-        settings.address, namespace=settings.namespace, data_converter=data_converter_from_env()
+        settings.address,
+        namespace=settings.namespace,
+        data_converter=data_converter_from_env(),
+        interceptors=interceptors,
+        runtime=runtime,
     )
 
 

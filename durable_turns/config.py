@@ -41,6 +41,10 @@ class Settings:
     """TURNS_TOOLS: comma-separated modules of tools (the demo tools are always there)."""
     hooks: str | None = None
     """TURNS_HOOKS: ``module:Class``, a TurnHooks subclass."""
+    prometheus_bind: str | None = None
+    """TURNS_PROMETHEUS_BIND: host:port to serve the Temporal runtime's Prometheus metrics."""
+    otel: bool = False
+    """TURNS_OTEL=1: OpenTelemetry tracing through Temporal's interceptor (the 'otel' extra)."""
     chunk_stream_url: str | None = None
     """TURNS_CHUNK_STREAM_URL: live chunks: sqlite:///…, redis://…, or none; default SQLite."""
     stall_timeout_ms: int = 0
@@ -66,6 +70,8 @@ class Settings:
             tools=[t.strip() for t in tools.split(",") if t.strip()] if tools else [],
             hooks=_env("TURNS_HOOKS"),
             chunk_stream_url=_env("TURNS_CHUNK_STREAM_URL"),
+            prometheus_bind=_env("TURNS_PROMETHEUS_BIND"),
+            otel=(_env("TURNS_OTEL", "") or "").lower() in ("1", "true", "yes"),
             stall_timeout_ms=int(_env("TURNS_STALL_TIMEOUT_MS", "0") or 0),
             heartbeat_timeout_s=float(_env("TURNS_HEARTBEAT_TIMEOUT_S", "30") or 30),
             step_timeout_s=float(_env("TURNS_STEP_TIMEOUT_S", "600") or 600),

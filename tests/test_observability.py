@@ -1,0 +1,38 @@
+"""Prometheus metrics from the Temporal runtime, one env var away; secrets stay out of history."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+
+from tests.support.harness import Harness
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_prometheus_metrics_endpoint(harness: Harness) -> None:
+    port = free_port()
+    harness.start_worker(TURNS_PROMETHEUS_BIND=f"127.0.0.1:{port}")
+    result = await harness.send(harness.conv("metrics"), "hi", model="demo:echo")
+    assert result.status == "completed"
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert "temporal_activity_execution_latency" in body
+    assert 'activity_type="model_step"' in body
+
+
+async def test_secrets_never_reach_history(harness: Harness) -> None:
+    secret = "sk-ant-api03-SECRET-do-not-leak-1234567890"
+    harness.start_worker(ANTHROPIC_API_KEY=secret, OPENAI_API_KEY=secret)
+    # a provider call that fails with the key configured: the error reaches history
+    conversation = harness.conv("secret")
+    result = await harness.send(conversation, "hi", model="anthropic:claude-x", body={"k": 1})
+    assert result.status == "error"
+    for workflow_id in (conversation, result.workflow_id):
+        history = await harness.client.get_workflow_handle(workflow_id).fetch_history()
+        assert secret not in history.to_json()
+    worker_log = harness.workers[0].log_tail(200_000)
+    assert secret not in worker_log
