@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
 
 from durable_turns.codec import data_converter_from_env
 from durable_turns.config import Settings
@@ -145,7 +146,11 @@ class TurnsClient:
                 handle = self.client.get_workflow_handle(
                     turn_workflow_id(conversation_id, record.turn_number), result_type=TurnResult
                 )
-                return await handle.result()
+                try:
+                    return await handle.result()
+                except RPCError as e:  # started a moment ago: not visible yet
+                    if e.status != RPCStatusCode.NOT_FOUND:
+                        raise
             if record is not None and record.status in FINAL:
                 return TurnResult(
                     request_id=request_id,

@@ -131,7 +131,6 @@ class ConversationWorkflow:
         self._turn_count += 1
         number = self._turn_count
         record = self._records[request.request_id]
-        record.status, record.turn_number = "running", number
         self._running = request
         continuation = request.kind == "continue"
         model = request.model or self._settings.model
@@ -157,6 +156,8 @@ class ConversationWorkflow:
                     [CONVERSATION_ID.value_set(conversation_id), TURN_STATUS.value_set("running")]
                 ),
             )
+            # only now does the turn exist for clients that look it up by number
+            record.status, record.turn_number = "running", number
             return await self._running_turn
         except ChildWorkflowError as err:
             cause = err.cause or err
