@@ -109,6 +109,9 @@ class EmbeddedServer:
             *dev_server_args(),
         ]
         cmd += ["--ui-port", str(self.ui_port)] if self.ui else ["--headless"]
+        codec = os.environ.get("TURNS_UI_CODEC_ENDPOINT")
+        if self.ui and codec:  # the UI decrypts payloads through the codec server
+            cmd += ["--ui-codec-endpoint", codec]
         log = open(self.data_dir / "temporal-server.log", "ab")
         self.process = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
