@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import threading
 import time
+from pathlib import Path
+from typing import ClassVar
 
 
 def connect_wal(path: str, schema: str) -> sqlite3.Connection:
@@ -26,3 +30,37 @@ def connect_wal(path: str, schema: str) -> sqlite3.Connection:
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.executescript(schema)
     return conn
+
+
+def sqlite_path(url: str) -> str:
+    """``sqlite:///rel.db`` → ``rel.db``; ``sqlite:////abs.db`` → ``/abs.db``; bare → memory."""
+    path = url.removeprefix("sqlite://")
+    if path.startswith("/"):
+        path = path[1:]
+    return path or ":memory:"
+
+
+class SQLiteFile:
+    """One WAL connection to a file, opened on a worker thread; subclasses set ``schema``."""
+
+    schema: ClassVar[str] = ""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+
+    async def open(self) -> None:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._conn = await asyncio.to_thread(connect_wal, self.path, self.schema)
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            await asyncio.to_thread(conn.close)
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise RuntimeError(f"{type(self).__name__} is not open")
+        return self._conn

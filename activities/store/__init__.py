@@ -8,12 +8,10 @@ from activities.store.base import StepRecord, ToolResultRecord, TranscriptStore,
 def open_store(url: str) -> TranscriptStore:
     """Build (not yet open) the store a URL names."""
     if url.startswith("sqlite://"):
+        from activities.sqlite_wal import sqlite_path
         from activities.store.sqlite import SQLiteStore
 
-        path = url.removeprefix("sqlite://")
-        if path.startswith("/"):  # sqlite:///rel.db is relative, sqlite:////abs.db absolute
-            path = path[1:]
-        return SQLiteStore(path or ":memory:")
+        return SQLiteStore(sqlite_path(url))
     if url.startswith(("postgres://", "postgresql://")):
         try:
             from activities.store.postgres import PostgresStore

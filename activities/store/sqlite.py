@@ -7,12 +7,9 @@ and WAL lets several worker processes and readers share the file.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-import threading
-from pathlib import Path
 from typing import Any
 
-from activities.sqlite_wal import connect_wal
+from activities.sqlite_wal import SQLiteFile
 from activities.store.base import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
 from durable_turns.messages import Message
 
@@ -49,24 +46,8 @@ CREATE TABLE IF NOT EXISTS tool_results (
 """
 
 
-class SQLiteStore(TranscriptStore):
-    def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
-        self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
-
-    async def open(self) -> None:
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(self._connect)
-
-    def _connect(self) -> None:
-        self._conn = connect_wal(self.path, SCHEMA)
-
-    async def close(self) -> None:
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            await asyncio.to_thread(conn.close)
+class SQLiteStore(SQLiteFile, TranscriptStore):
+    schema = SCHEMA
 
     async def _run(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return await asyncio.to_thread(self._run_sync, [(sql, params)])
@@ -75,18 +56,17 @@ class SQLiteStore(TranscriptStore):
         await asyncio.to_thread(self._run_sync, statements)
 
     def _run_sync(self, statements: list[tuple[str, tuple[Any, ...]]]) -> list[tuple[Any, ...]]:
-        if self._conn is None:
-            raise RuntimeError("SQLiteStore is not open")
+        conn = self._db()
         with self._lock:
             if len(statements) == 1:
-                return self._conn.execute(*statements[0]).fetchall()
-            self._conn.execute("BEGIN IMMEDIATE")
+                return conn.execute(*statements[0]).fetchall()
+            conn.execute("BEGIN IMMEDIATE")
             try:
                 for sql, params in statements:
-                    self._conn.execute(sql, params)
-                self._conn.execute("COMMIT")
+                    conn.execute(sql, params)
+                conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                conn.execute("ROLLBACK")
                 raise
             return []
 

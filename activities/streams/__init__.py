@@ -34,12 +34,10 @@ def open_stream_backend(url: str | None) -> ChunkStreamBackend | None:
     if url.lower() in ("", "none", "off", "disabled"):
         return None
     if url.startswith("sqlite://"):
+        from activities.sqlite_wal import sqlite_path
         from activities.streams.sqlite import SQLiteStreamBackend
 
-        path = url.removeprefix("sqlite://")
-        if path.startswith("/"):  # sqlite:///rel.db is relative, sqlite:////abs.db absolute
-            path = path[1:]
-        return SQLiteStreamBackend(path or ":memory:")
+        return SQLiteStreamBackend(sqlite_path(url))
     if url.startswith(("redis://", "rediss://")):
         try:
             from activities.streams.redis import RedisStreamBackend

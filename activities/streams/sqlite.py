@@ -9,14 +9,11 @@ sqlite3 runs on a worker thread, like the transcript store.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-import threading
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from activities.sqlite_wal import connect_wal
+from activities.sqlite_wal import SQLiteFile
 from activities.streams.base import ChunkStreamBackend, StreamEvent, decode_batch, encode_batch
 
 SCHEMA = """
@@ -32,31 +29,10 @@ CREATE INDEX IF NOT EXISTS chunk_batches_by_last ON chunk_batches (stream_id, la
 """
 
 
-class SQLiteStreamBackend(ChunkStreamBackend):
+class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
     """Batches as rows ``(stream_id, first_offset, last_offset, body)``; readers poll."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = str(path)
-        self._conn: sqlite3.Connection | None = None
-        self._lock = threading.Lock()
-
-    async def open(self) -> None:
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(self._connect)
-
-    def _connect(self) -> None:
-        self._conn = connect_wal(self.path, SCHEMA)
-
-    async def close(self) -> None:
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            await asyncio.to_thread(conn.close)
-
-    def _db(self) -> sqlite3.Connection:
-        if self._conn is None:
-            raise RuntimeError("SQLiteStreamBackend is not open")
-        return self._conn
+    schema = SCHEMA
 
     async def append(self, stream_id: str, events: Sequence[Mapping[str, Any]]) -> int:
         if not events:
