@@ -16,6 +16,7 @@ import importlib
 import logging
 import signal
 import sys
+from datetime import timedelta
 from collections.abc import AsyncIterator
 
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
@@ -39,6 +40,8 @@ from workflows.conversation import ConversationWorkflow
 from workflows.turn import TurnWorkflow
 
 log = logging.getLogger("durable_turns.worker")
+
+STICKY_TIMEOUT = timedelta(seconds=2)
 
 WORKFLOWS = [ConversationWorkflow, TurnWorkflow]
 
@@ -161,6 +164,9 @@ async def running_worker(
         activities=activities.all,
         workflow_runner=sandbox_runner(),
         max_concurrent_activities=200,
+        # A killed worker's cached workflows wait this long on its sticky queue before
+        # another worker takes them (default 10 s); crash recovery should not.
+        sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
     )
     try:
         async with worker:

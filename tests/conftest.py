@@ -16,9 +16,9 @@ from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import FAST_DYNAMIC_CONFIG, temporal_binary
 from tests.support.harness import Harness
 
-# A model step adds a few KB of history; 64 KiB payload limits would catch a design that
-# ships the context through history, long before production's 2 MiB would.
-TEST_DYNAMIC_CONFIG = [*FAST_DYNAMIC_CONFIG]
+# Conversations are told to continue-as-new after 60 history events (production: 4,096), so
+# every multi-turn test also exercises the hand-over.
+TEST_DYNAMIC_CONFIG = [*FAST_DYNAMIC_CONFIG, "limit.historyCount.suggestContinueAsNew=60"]
 
 
 @pytest.fixture(scope="session")

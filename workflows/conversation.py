@@ -112,19 +112,28 @@ class ConversationWorkflow:
             await workflow.wait_condition(
                 lambda: bool(self._queue) or workflow.info().is_continue_as_new_suggested()
             )
+            if self._queue:
+                await self._next_turn(conversation_id)
+                continue
+            # History is long and nothing is queued: hand over to a new run once every
+            # handler is done. A request that arrives meanwhile is run first (an update
+            # waiting for its turn would otherwise never finish).
+            await workflow.wait_condition(
+                lambda: bool(self._queue)
+                or (workflow.all_handlers_finished() and not self._responses)
+            )
             if not self._queue:
                 break
-            request = self._queue.popleft()
-            result = await self._run_turn(conversation_id, request)
-            self._complete(request, result)
-            if result.status != "skipped":
-                task = asyncio.create_task(self._respond(result))
-                self._responses.add(task)
-                task.add_done_callback(self._responses.discard)
-            if workflow.info().is_continue_as_new_suggested():
-                break
-        await workflow.wait_condition(lambda: workflow.all_handlers_finished() and not self._responses)
         workflow.continue_as_new(self._carry())
+
+    async def _next_turn(self, conversation_id: str) -> None:
+        request = self._queue.popleft()
+        result = await self._run_turn(conversation_id, request)
+        self._complete(request, result)
+        if result.status != "skipped":
+            task = asyncio.create_task(self._respond(result))
+            self._responses.add(task)
+            task.add_done_callback(self._responses.discard)
 
     async def _run_turn(self, conversation_id: str, request: PendingRequest) -> TurnResult:
         assert self._turn_count is not None
