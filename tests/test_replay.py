@@ -1,0 +1,67 @@
+"""Determinism guard: recorded histories replay against the current workflow code.
+
+``tests/histories/*.json`` were recorded from an earlier version of the workflows by
+``python -m tests.record_histories``. Never regenerate them to make this test pass: a change
+to workflow code that breaks them would break turns in flight, so guard it with
+``workflow.patched`` instead; add new recordings beside the old ones.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from tests.support.harness import Harness
+from worker import WORKFLOWS, sandbox_runner
+
+HISTORIES = Path(__file__).parent / "histories"
+
+
+def replayer() -> Replayer:
+    return Replayer(
+        workflows=WORKFLOWS,
+        data_converter=pydantic_data_converter,
+        workflow_runner=sandbox_runner(),
+    )
+
+
+async def record(harness: Harness, conversation: str) -> list[WorkflowHistory]:
+    """A conversation exercising every workflow path worth replaying."""
+    model = harness.script(
+        [
+            {"text": "Looking.", "tool_calls": [{"name": "get_weather", "input": {"city": "Nice"}}, {"name": "add", "input": {"a": 1, "b": 2}}]},
+            {"text": "Done: {tool_results}."},
+        ]
+    )
+    await harness.send(conversation, "weather?", model=model)
+    await harness.send(conversation, "bad tool", model=harness.script([{"tool_calls": [{"name": "nope", "input": {}}]}, {"text": "ok"}]))
+    request = await harness.turns.continue_last_turn(conversation)
+    await harness.turns.wait(conversation, request)
+    await harness.send(conversation, "fails", model="nosuch:model")
+    await harness.client.get_workflow_handle(conversation).signal("submitMessages", {"bad": True})
+    await harness.send(conversation, "after", model="demo:echo")
+    histories = [await harness.client.get_workflow_handle(conversation).fetch_history()]
+    for n in range(1, 5):
+        histories.append(
+            await harness.client.get_workflow_handle(f"{conversation}/turn-{n}").fetch_history()
+        )
+    return histories
+
+
+async def test_fresh_histories_replay(harness: Harness) -> None:
+    harness.start_worker()
+    histories = await record(harness, harness.conv("replay"))
+    for history in histories:
+        await replayer().replay_workflow(history)
+
+
+async def test_recorded_histories_replay() -> None:
+    files = sorted(HISTORIES.glob("*.json"))
+    assert files, "recorded histories are missing"
+    for path in files:
+        history = WorkflowHistory.from_json(path.stem.replace("__", "/"), json.loads(path.read_text()))
+        await replayer().replay_workflow(history)
