@@ -16,8 +16,8 @@ import importlib
 import logging
 import signal
 import sys
-from datetime import timedelta
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
@@ -25,10 +25,12 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.lifecycle import call_hook
 from activities.models import ModelRegistry
 from activities.models.providers import register_providers
 from activities.store import TranscriptStore, open_store
 from activities.streams import open_stream_backend
+from activities.transforms import load_transforms
 from activities.turn_activities import TurnActivities
 from durable_turns.codec import data_converter_from_env
 from durable_turns.config import Settings
@@ -89,14 +91,18 @@ async def connect(settings: Settings) -> Client:
     runtime = None
     if settings.prometheus_bind:
         runtime = Runtime(
-            telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=settings.prometheus_bind))
+            telemetry=TelemetryConfig(
+                metrics=PrometheusConfig(bind_address=settings.prometheus_bind)
+            )
         )
     interceptors = []
     if settings.otel:
         try:
             from temporalio.contrib.opentelemetry import TracingInterceptor
         except ImportError as e:
-            raise ValueError("TURNS_OTEL needs the 'otel' extra: pip install 'durable-turns[otel]'") from e
+            raise ValueError(
+                "TURNS_OTEL needs the 'otel' extra: pip install 'durable-turns[otel]'"
+            ) from e
         interceptors.append(TracingInterceptor())
     return await Client.connect(
         settings.address,
@@ -147,7 +153,9 @@ async def running_worker(
 ) -> AsyncIterator[Worker]:
     """A started worker for ``settings.task_queue`` (the store is opened and closed here)."""
     hooks = hooks or load_hooks(settings.hooks)
-    session = hooks.configure_session(Session())
+    session = await call_hook(hooks.configure_session(Session()))
+    for module in settings.transforms:
+        load_transforms(module)
     store = store or open_store(settings.resolved_store_url)
     streams = open_stream_backend(settings.resolved_chunk_stream_url)
     models = build_models(settings)
@@ -187,7 +195,11 @@ async def serve(settings: Settings) -> None:
         client = await connect(settings)
         await check_search_attributes(client, settings.namespace)
         async with running_worker(client, settings):
-            where = f"embedded server {server.address} (UI {server.ui_url})" if server else settings.address
+            where = (
+                f"embedded server {server.address} (UI {server.ui_url})"
+                if server
+                else settings.address
+            )
             print(f"worker ready: task queue {settings.task_queue!r} on {where}", flush=True)
             await stop.wait()
     print("worker stopped", flush=True)
@@ -202,20 +214,28 @@ def parser() -> argparse.ArgumentParser:
 def add_worker_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tools", action="append", help="module of tools (repeatable; env TURNS_TOOLS)")
     p.add_argument("--hooks", help="module:Class of a TurnHooks subclass (env TURNS_HOOKS)")
+    p.add_argument(
+        "--transforms", action="append", help="module of stream transforms (env TURNS_TRANSFORMS)"
+    )
     p.add_argument("--task-queue", help="task queue (env TURNS_TASK_QUEUE)")
     p.add_argument("--model", help="default provider:model id (env TURNS_MODEL)")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
     settings = Settings.from_env()
-    tools = settings.tools + (args.tools or [])
     return settings.with_overrides(
-        tools=tools, hooks=args.hooks, task_queue=args.task_queue, model=args.model
+        tools=settings.tools + (args.tools or []),
+        transforms=settings.transforms + (args.transforms or []),
+        hooks=args.hooks,
+        task_queue=args.task_queue,
+        model=args.model,
     )
 
 
 def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     args = parser().parse_args(argv)
     try:
         asyncio.run(serve(settings_from_args(args)))

@@ -50,16 +50,27 @@ def assistant_parts(steps: list[StepRecord], results: dict[str, ToolResultRecord
     return parts
 
 
+def turn_config(turn: TurnRecord) -> TurnConfig:
+    """The config ``before_turn`` (and the extensions) decided, as recorded with the turn."""
+    return TurnConfig.model_validate(turn.config)
+
+
 def assistant_message(
     turn: TurnRecord,
     steps: list[StepRecord],
     results: dict[str, ToolResultRecord],
     status: str = "completed",
+    send_reasoning: bool = True,
 ) -> Message:
+    """The turn's assistant message; without reasoning parts when ``send_reasoning`` is off
+    (the stored message is what clients see; the model gets its reasoning within the turn)."""
+    parts = assistant_parts(steps, results)
+    if not send_reasoning:
+        parts = [p for p in parts if not isinstance(p, ReasoningPart)]
     return Message(
         id=assistant_message_id(turn.turn_id),
         role="assistant",
-        parts=assistant_parts(steps, results),
+        parts=parts,
         metadata={
             "turn_number": turn.turn_number,
             "request_id": turn.request_id,
@@ -92,7 +103,9 @@ def step_result(step: StepRecord, results: dict[str, ToolResultRecord]) -> StepR
         text="".join(p.text for p in step.parts if isinstance(p, TextPart)),
         reasoning=[p for p in step.parts if isinstance(p, ReasoningPart)],
         tool_calls=calls,
-        tool_results=[tool_result_part(results[c.tool_call_id]) for c in calls if c.tool_call_id in results],
+        tool_results=[
+            tool_result_part(results[c.tool_call_id]) for c in calls if c.tool_call_id in results
+        ],
         finish_reason=step.finish_reason,
         raw_finish_reason=step.raw_finish_reason,
         usage=step.usage,
@@ -104,7 +117,7 @@ def step_result(step: StepRecord, results: dict[str, ToolResultRecord]) -> StepR
 
 async def base_messages(store: TranscriptStore, turn: TurnRecord) -> list[Message]:
     """The context before this turn's own output: the transcript, or before_turn's override."""
-    config = TurnConfig.model_validate(turn.config)
+    config = turn_config(turn)
     if config.messages is not None:
         messages = list(config.messages)
     else:

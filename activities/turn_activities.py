@@ -2,30 +2,32 @@
 
 One class holds the worker's store, model registry, tools, hooks and settings (injected in
 ``worker.py``). Every activity takes ids and small deltas, loads what it needs from the
-store, calls the hooks of its boundary, and writes idempotently, so a retried attempt
-never duplicates a message and a stored step is never asked of the model again.
+store, calls the hooks of its boundary (through ``Lifecycle``), and writes idempotently,
+so a retried attempt never duplicates a message and a stored step is never asked of the
+model again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
-import json
 import time
-from collections.abc import AsyncIterator, Awaitable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import context as ctx_build
-from activities.errors import INVALID_MODEL, STREAM_STALLED, hook_failure, provider_failure
-from activities.models import ModelRegistry, ModelRequest, ProviderError
+from activities.errors import INVALID_MODEL, INVALID_REQUEST, STREAM_STALLED, provider_failure
+from activities.lifecycle import Lifecycle, OnChunk
+from activities.models import ModelProvider, ModelRegistry, ModelRequest, ProviderError
 from activities.store import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
 from activities.streaming import StepSnapshot, StreamStalled, consume
 from activities.streams import ChunkPublisher, ChunkStreamBackend
+from activities.structured_output import OUTPUT_ERROR, check_output
+from activities.tool_calls import jsonable, run_tool_call
+from activities.transforms import UnknownTransform, apply_transforms, resolve_transforms
 from durable_turns.config import Settings
 from durable_turns.contract import (
     BeginTurnInput,
@@ -41,37 +43,45 @@ from durable_turns.contract import (
     TurnPlan,
     TurnRef,
     TurnResult,
+    turn_id,
     turn_workflow_id,
 )
-from durable_turns.messages import Message, StreamPart, TextPart, ToolCallPart, Usage
-from durable_turns.tools import Tool, ToolContext, ToolRegistry
+from durable_turns.messages import (
+    Message,
+    ReasoningDelta,
+    ReasoningEnd,
+    StreamPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultChunk,
+    Usage,
+)
+from durable_turns.tools import ToolContext, ToolRegistry
 from hooks import TurnHooks
-from hooks.base import overrides
 from hooks.session import Session
 from hooks.types import (
     ChatErrorContext,
     ChatResponseResult,
-    ChunkContext,
     PrepareStepContext,
     StepConfig,
     ToolCallContext,
-    ToolCallDecision,
     ToolCallResultContext,
     ToolSpec,
     TurnConfig,
     TurnContext,
 )
 
-T = TypeVar("T")
-
-INTERRUPTED = "The tool call was interrupted before a result was recorded."
-
-
-async def call_hook(value: T | Awaitable[T]) -> T:
-    """Hooks may be sync or async: await what needs awaiting."""
-    if inspect.isawaitable(value):
-        return await value
-    return value
+SAMPLING = (
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "presence_penalty",
+    "frequency_penalty",
+    "stop_sequences",
+    "seed",
+)
+"""TurnConfig fields passed to the provider's request as they are."""
 
 
 @contextlib.asynccontextmanager
@@ -90,17 +100,6 @@ async def keep_alive(every_s: float) -> AsyncIterator[None]:
         task.cancel()
 
 
-def jsonable(value: Any) -> Any:
-    """A tool's output as JSON (pydantic models dumped, anything else stringified)."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return str(value)
-
-
 class TurnActivities:
     def __init__(
         self,
@@ -109,17 +108,22 @@ class TurnActivities:
         tools: ToolRegistry,
         hooks: TurnHooks,
         settings: Settings,
-        session: Session | None = None,
+        session: Session | Awaitable[Session] | None = None,
         streams: ChunkStreamBackend | None = None,
+        extensions: Sequence[Any] | None = None,
     ) -> None:
+        """``session``: what ``configure_session`` returned (awaited on first use if it is
+        a coroutine); ``streams``: the live chunk stream (None: off); ``extensions``:
+        default ``hooks.extensions``."""
         self.store = store
         self.streams = streams
         self.models = models
         self.tools = tools
         self.hooks = hooks
         self.settings = settings
-        self.session = session if session is not None else Session()
-        self._on_chunk = overrides(hooks, "on_chunk")
+        self.lifecycle = Lifecycle(hooks, extensions)
+        self._session: Session | Awaitable[Session] = session if session is not None else Session()
+        self._session_lock = asyncio.Lock()
 
     @property
     def all(self) -> list[Any]:
@@ -138,6 +142,13 @@ class TurnActivities:
     def _beat_every(self) -> float:
         return max(self.settings.heartbeat_timeout_s / 4, 0.05)
 
+    async def session(self) -> Session:
+        if not isinstance(self._session, Session):
+            async with self._session_lock:
+                if not isinstance(self._session, Session):
+                    self._session = await self._session
+        return self._session
+
     async def _turn(self, ref: TurnRef) -> TurnRecord:
         turn = await self.store.get_turn(ref.turn_id)
         if turn is None:
@@ -147,9 +158,12 @@ class TurnActivities:
     async def _system(self, config: TurnConfig) -> str:
         if config.system is not None:
             return config.system
-        return await self.session.system_prompt(self.hooks.system_prompt)
+        return await (await self.session()).system_prompt(self.hooks.system_prompt)
 
-    def _tool_specs(self, config: TurnConfig, step: StepConfig | None = None) -> list[ToolSpec]:
+    def _tool_specs(
+        self, config: TurnConfig, step_active: list[str] | None = None
+    ) -> list[ToolSpec]:
+        """Default tools + ``config.tools``, narrowed by the turn's and the step's active tools."""
         names = self.tools.defaults()
         extra: dict[str, ToolSpec] = {}
         for item in config.tools or []:
@@ -157,16 +171,18 @@ class TurnActivities:
                 extra[item.name] = item
             elif item not in names:
                 names.append(item)
-        specs: dict[str, ToolSpec] = {}
-        for name in names:
-            t = self.tools.get(name)
-            if t is not None:
-                specs[name] = t.spec
+        specs = {n: t.spec for n in names if (t := self.tools.get(n)) is not None}
         specs.update(extra)
-        for active in (config.active_tools, step.active_tools if step else None):
+        for active in (config.active_tools, step_active):
             if active is not None:
                 specs = {n: s for n, s in specs.items() if n in active}
         return list(specs.values())
+
+    def _resolve(self, model: str) -> tuple[ModelProvider, str]:
+        try:
+            return self.models.resolve(model)
+        except ProviderError as e:
+            raise ApplicationError(str(e), type=INVALID_MODEL, non_retryable=True) from e
 
     # --- conversation ------------------------------------------------------------------
 
@@ -181,10 +197,9 @@ class TurnActivities:
     async def begin_turn(self, inp: BeginTurnInput) -> TurnPlan:
         """Persist the user's messages, assemble the context, ask before_turn, record the plan."""
         ref = inp.turn
+        model = inp.model or self.settings.model
         async with keep_alive(self._beat_every):
             await self.store.add_messages(ref.conversation_id, inp.new_messages, ref.turn_id)
-            transcript = await self.store.messages(ref.conversation_id)
-            model = inp.model or self.settings.model
             turn = TurnRecord(
                 turn_id=ref.turn_id,
                 conversation_id=ref.conversation_id,
@@ -194,60 +209,67 @@ class TurnActivities:
                 body=inp.body,
                 run=inp.attempt,
             )
-            if inp.continuation and (not transcript or transcript[-1].role != "assistant"):
+            await self.store.save_turn(turn)  # from here on, the turn's messages are stored
+            if inp.continuation and not await self._can_continue(ref.conversation_id):
                 turn.status = "skipped"
                 await self.store.save_turn(turn)
                 return TurnPlan(model=model, max_steps=0, skip=True)
-
-            base = TurnConfig()
-            messages = await ctx_build.base_messages(self.store, turn)
-            context = TurnContext(
-                system=await self._system(base),
-                messages=messages,
-                tools=self._tool_specs(base),
-                model=model,
-                continuation=inp.continuation,
-                body=inp.body,
-                request_id=ref.request_id,
-                conversation_id=ref.conversation_id,
-                turn_number=ref.turn_number,
-                is_cancelled=activity.is_cancelled,
-            )
-            try:
-                returned = await call_hook(self.hooks.before_turn(context))
-                config = TurnConfig.model_validate(returned or {})
-            except (ValidationError, TypeError) as e:
-                raise hook_failure("before_turn", e) from e
-            except Exception as e:
-                raise hook_failure("before_turn", e) from e
-
+            config = await self.lifecycle.before_turn(await self._turn_context(turn, model))
         model = config.model or model
-        try:
-            self.models.resolve(model)
-        except ProviderError as e:
-            raise ApplicationError(str(e), type=INVALID_MODEL, non_retryable=True) from e
-        max_steps = config.max_steps or inp.max_steps or self.settings.max_steps
-        stall = config.chat_stream_stall_timeout_ms
-        if stall is None and config.timeout and config.timeout.chunk_ms:
-            stall = config.timeout.chunk_ms
-        step_timeout = self.settings.step_timeout_s
-        if config.timeout and config.timeout.total_ms:
-            step_timeout = config.timeout.total_ms / 1000
+        self._check(config, model)
         turn.config = config.model_copy(update={"model": model}).model_dump(
             mode="json", exclude_none=True
         )
         await self.store.save_turn(turn)
+        return self._plan(config, model, inp)
+
+    async def _can_continue(self, conversation_id: str) -> bool:
+        transcript = await self.store.messages(conversation_id)
+        return bool(transcript) and transcript[-1].role == "assistant"
+
+    async def _turn_context(self, turn: TurnRecord, model: str) -> TurnContext:
+        base = TurnConfig()
+        return TurnContext(
+            system=await self._system(base),
+            messages=await ctx_build.base_messages(self.store, turn),
+            tools=self._tool_specs(base),
+            model=model,
+            continuation=turn.continuation,
+            body=turn.body,
+            request_id=turn.request_id,
+            conversation_id=turn.conversation_id,
+            turn_number=turn.turn_number,
+            is_cancelled=activity.is_cancelled,
+        )
+
+    def _check(self, config: TurnConfig, model: str) -> None:
+        """Fail the turn now, clearly, on a decision no step could carry out."""
+        self._resolve(model)
+        try:
+            resolve_transforms(config.experimental_transform or [])
+        except UnknownTransform as e:
+            raise ApplicationError(str(e), type=INVALID_REQUEST, non_retryable=True) from e
+
+    def _plan(self, config: TurnConfig, model: str, inp: BeginTurnInput) -> TurnPlan:
+        total_ms = config.timeout.total_ms if config.timeout else None
+        retries = config.max_retries
         return TurnPlan(
             model=model,
-            max_steps=max_steps,
+            max_steps=config.max_steps or inp.max_steps or self.settings.max_steps,
             stop_when=config.stop_when or [],
-            stall_timeout_ms=self.settings.stall_timeout_ms if stall is None else stall,
-            max_retries=(
-                config.max_retries if config.max_retries is not None else self.settings.model_retries
-            ),
-            step_timeout_s=step_timeout,
+            stall_timeout_ms=self._stall_ms(config),
+            max_retries=self.settings.model_retries if retries is None else retries,
+            step_timeout_s=total_ms / 1000 if total_ms else self.settings.step_timeout_s,
             heartbeat_timeout_s=self.settings.heartbeat_timeout_s,
         )
+
+    def _stall_ms(self, config: TurnConfig) -> int:
+        """``chat_stream_stall_timeout_ms``, else ``timeout.chunk_ms``, else the worker's."""
+        if config.chat_stream_stall_timeout_ms is not None:
+            return config.chat_stream_stall_timeout_ms
+        if config.timeout and config.timeout.chunk_ms:
+            return config.timeout.chunk_ms
+        return self.settings.stall_timeout_ms
 
     # --- model step ------------------------------------------------------------------------
 
@@ -261,85 +283,40 @@ class TurnActivities:
             return _summary(stored)
         prior = [s for s in steps if s.step < inp.step]
         results = await self.store.tool_results(turn.turn_id)
-        config = TurnConfig.model_validate(turn.config)
-
-        if prior and overrides(self.hooks, "on_step_finish"):
-            try:
-                await call_hook(self.hooks.on_step_finish(ctx_build.step_result(prior[-1], results)))
-            except Exception as e:
-                raise hook_failure("on_step_finish", e) from e
-
+        config = ctx_build.turn_config(turn)
+        if prior:
+            await self.lifecycle.on_step_finish(ctx_build.step_result(prior[-1], results))
         messages = await ctx_build.step_messages(self.store, turn, prior, results)
-        model = inp.model
-        step_config = StepConfig()
-        if overrides(self.hooks, "before_step"):
-            prepare = PrepareStepContext(
+        inherited = prior[-1].experimental_context if prior else None
+        step_config = await self.lifecycle.before_step(
+            PrepareStepContext(
                 steps=[ctx_build.step_result(s, results) for s in prior],
                 step_number=inp.step,
-                model=model,
+                model=inp.model,
                 messages=messages,
+                experimental_context=inherited,
+                request_id=turn.request_id,
+                conversation_id=turn.conversation_id,
+                turn_number=turn.turn_number,
+                body=turn.body,
             )
-            try:
-                step_config = StepConfig.model_validate(
-                    await call_hook(self.hooks.before_step(prepare)) or {}
-                )
-            except Exception as e:
-                raise hook_failure("before_step", e) from e
-        model = step_config.model or model
-        try:
-            provider, model_name = self.models.resolve(model)
-        except ProviderError as e:
-            raise ApplicationError(str(e), type=INVALID_MODEL, non_retryable=True) from e
-
-        request = ModelRequest(
-            model=model_name,
-            system=step_config.system if step_config.system is not None else await self._system(config),
-            messages=step_config.messages if step_config.messages is not None else messages,
-            tools=self._tool_specs(config, step_config),
-            tool_choice=step_config.tool_choice or config.tool_choice,
-            max_output_tokens=config.max_output_tokens,
-            temperature=config.temperature,
-            top_p=config.top_p,
-            top_k=config.top_k,
-            presence_penalty=config.presence_penalty,
-            frequency_penalty=config.frequency_penalty,
-            stop_sequences=config.stop_sequences,
-            seed=config.seed,
-            headers=config.headers or {},
-            provider_options={**(config.provider_options or {}), **(step_config.provider_options or {})},
-            output_schema=config.output,
-            send_reasoning=config.send_reasoning if config.send_reasoning is not None else True,
-            cached_prompt=self.session.cached_prompt,
-            attempt=activity.info().attempt,
-        )
-        stall_ms = config.chat_stream_stall_timeout_ms
-        if stall_ms is None:
-            stall_ms = (config.timeout.chunk_ms if config.timeout else None) or self.settings.stall_timeout_ms
-
-        on_chunk = self._chunk_callback(inp) if self._on_chunk else None
+        )  # a StepConfig() when before_step is not overridden
+        model = step_config.model or inp.model
+        provider, model_name = self._resolve(model)
+        request = await self._request(model_name, config, step_config, messages)
         async with self._publisher(turn.turn_id, inp.step) as publisher:
             if publisher is not None:
                 if activity.info().attempt > 1:  # readers drop what earlier attempts streamed
                     await publisher.reset(activity.info().attempt, reason="retry")
                 await publisher.step_start(inp.step, {"model": model})
-            try:
-                snapshot = await consume(
-                    provider.stream(request),
-                    stall_timeout_ms=stall_ms,
-                    heartbeat=activity.heartbeat,
-                    heartbeat_every_s=self._beat_every,
-                    on_chunk=on_chunk,
-                    sink=publisher.publish_chunk if publisher is not None else None,
-                )
-            except StreamStalled as e:
-                raise ApplicationError(str(e), type=STREAM_STALLED) from e
-            except ProviderError as e:
-                overflow = self._classify(e, inp.turn)
-                if overflow:
-                    return StepSummary(step=inp.step, outcome="context_overflow", error=str(e))
-                raise provider_failure(e) from e
-
+            snapshot = await self._stream(provider, request, config, inp, publisher)
+            if isinstance(snapshot, StepSummary):
+                return snapshot
             record = _record(inp.step, turn.run, model, snapshot)
+            record.active_tools = step_config.active_tools
+            record.experimental_context = (
+                step_config.experimental_context if step_config.sets_context else inherited
+            )
             summary = _summary(await self.store.save_step(turn.turn_id, record))
             if publisher is not None:
                 await publisher.step_finish(
@@ -348,7 +325,9 @@ class TurnActivities:
             return summary
 
     @contextlib.asynccontextmanager
-    async def _publisher(self, turn_id: str, step: int | None) -> AsyncIterator[ChunkPublisher | None]:
+    async def _publisher(
+        self, turn_id: str, step: int | None
+    ) -> AsyncIterator[ChunkPublisher | None]:
         """The turn's live chunk stream (None when streaming is off); always flushed."""
         if self.streams is None:
             yield None
@@ -357,27 +336,70 @@ class TurnActivities:
         async with ChunkPublisher(self.streams, turn_id, step=step, attempt=attempt) as publisher:
             yield publisher
 
-    def _chunk_callback(self, inp: ModelStepInput):  # type: ignore[no-untyped-def]
-        hooks, step, request_id = self.hooks, inp.step, inp.turn.request_id
+    async def _request(
+        self, model_name: str, config: TurnConfig, step: StepConfig, messages: list[Message]
+    ) -> ModelRequest:
+        return ModelRequest(
+            model=model_name,
+            system=step.system if step.system is not None else await self._system(config),
+            messages=step.messages if step.messages is not None else messages,
+            tools=self._tool_specs(config, step.active_tools),
+            tool_choice=step.tool_choice or config.tool_choice,
+            headers=config.headers or {},
+            provider_options={**(config.provider_options or {}), **(step.provider_options or {})},
+            output_schema=config.output,
+            send_reasoning=True,  # the model gets its own reasoning back within a turn
+            cached_prompt=(await self.session()).cached_prompt,
+            attempt=activity.info().attempt,
+            **{k: getattr(config, k) for k in SAMPLING},
+        )
 
-        async def on_chunk(chunk: StreamPart) -> None:
+    async def _stream(
+        self,
+        provider: ModelProvider,
+        request: ModelRequest,
+        config: TurnConfig,
+        inp: ModelStepInput,
+        publisher: ChunkPublisher | None,
+    ) -> StepSnapshot | StepSummary:
+        """The step's stream, transformed, observed and published; a summary for a context
+        overflow. With ``send_reasoning`` off, reasoning reaches neither the hooks nor the
+        live stream."""
+        stream: AsyncIterator[StreamPart] = provider.stream(request)
+        if config.experimental_transform:
             try:
-                await call_hook(hooks.on_chunk(ChunkContext(chunk, step, request_id)))
-            except Exception as e:
-                activity.logger.warning("on_chunk raised %r (ignored: it is observational)", e)
+                stream = apply_transforms(stream, resolve_transforms(config.experimental_transform))
+            except UnknownTransform as e:
+                raise ApplicationError(str(e), type=INVALID_REQUEST, non_retryable=True) from e
+        sends_reasoning = config.send_reasoning is not False
+        on_chunk = self.lifecycle.chunk_handler(inp.step, inp.turn.request_id, sends_reasoning)
+        sink = None if publisher is None else _client_sink(publisher, sends_reasoning)
+        try:
+            return await consume(
+                stream,
+                stall_timeout_ms=self._stall_ms(config),
+                heartbeat=activity.heartbeat,
+                heartbeat_every_s=self._beat_every,
+                on_chunk=on_chunk,
+                sink=sink,
+            )
+        except StreamStalled as e:
+            raise ApplicationError(str(e), type=STREAM_STALLED) from e
+        except ProviderError as e:
+            if await self._is_overflow(e, inp.turn):
+                return StepSummary(step=inp.step, outcome="context_overflow", error=str(e))
+            raise provider_failure(e) from e
 
-        return on_chunk
-
-    def _classify(self, error: ProviderError, ref: TurnRef) -> bool:
+    async def _is_overflow(self, error: ProviderError, ref: TurnRef) -> bool:
         """Whether a failed step is a context overflow the workflow should recover from."""
         if error.kind == "transient" or not self.hooks.context_overflow.reactive:
             return False
         ctx = ChatErrorContext(stage="stream", request_id=ref.request_id, messages_persisted=True)
-        try:
-            return self.hooks.classify_chat_error(error, ctx) == "context_overflow"
-        except Exception as e:  # a classifier that raises is treated as "not an overflow"
-            activity.logger.warning("classify_chat_error raised %r", e)
-            return False
+        return await self.lifecycle.classify(error, ctx) == "context_overflow"
+
+    def _chunk_callback(self, inp: ModelStepInput) -> OnChunk | None:
+        """A model step's per-chunk dispatch (``bench/chunks.py`` measures it)."""
+        return self.lifecycle.chunk_handler(inp.step, inp.turn.request_id)
 
     # --- tool call -------------------------------------------------------------------------
 
@@ -386,165 +408,152 @@ class TurnActivities:
         """before_tool_call → execute (or block / substitute) → after_tool_call → persist."""
         ref = inp.turn
         stored = (await self.store.tool_results(ref.turn_id)).get(inp.tool_call_id)
-        if stored is not None:
+        if stored is not None:  # the decision and the result are recorded: never asked again
             return _outcome(stored)
         turn = await self._turn(ref)
         steps = await self.store.steps(turn.turn_id, turn.run)
-        step = next((s for s in steps if s.step == inp.step), None)
-        call = next(
-            (p for p in (step.parts if step else []) if isinstance(p, ToolCallPart) and p.tool_call_id == inp.tool_call_id),
-            None,
-        )
-        if call is None:
-            raise ApplicationError(f"tool call {inp.tool_call_id} is not in step {inp.step}", non_retryable=True)
-        config = TurnConfig.model_validate(turn.config)
-        available = {s.name for s in self._tool_specs(config)}
+        step, call = _find_call(steps, inp)
+        config = ctx_build.turn_config(turn)
+        available = {s.name for s in self._tool_specs(config, step.active_tools)}
+        ctx = await self._tool_call_context(turn, steps, inp.step, call)
+        on_chunk = self.lifecycle.chunk_handler(inp.step, ref.request_id)
         started = time.monotonic()
         async with keep_alive(self._beat_every):
-            output, is_error, blocked = await self._run_tool(turn, inp, call, available)
+            run = await run_tool_call(
+                self.tools,
+                self.lifecycle,
+                ctx,
+                self._tool_context(turn, inp, step),
+                available,
+                _preliminaries(on_chunk, call),
+            )
             duration_ms = (time.monotonic() - started) * 1000
-            if overrides(self.hooks, "after_tool_call"):
-                messages = await ctx_build.step_messages(self.store, turn, steps, {})
-                result_ctx = ToolCallResultContext(
+            if on_chunk is not None:
+                await on_chunk(_result_chunk(call, run.output, run.is_error))
+            await self.lifecycle.after_tool_call(
+                ToolCallResultContext(
                     tool_call_id=call.tool_call_id,
                     tool_name=call.tool_name,
                     input=call.input,
                     step_number=inp.step,
-                    messages=messages,
+                    messages=ctx.messages,
                     duration_ms=duration_ms,
-                    success=not is_error,
-                    output=None if is_error else output,
-                    error=output if is_error else None,
+                    success=not run.is_error,
+                    output=None if run.is_error else run.output,
+                    error=run.output if run.is_error else None,
+                    request_id=turn.request_id,
+                    conversation_id=turn.conversation_id,
+                    turn_number=turn.turn_number,
+                    body=turn.body,
                 )
-                try:
-                    await call_hook(self.hooks.after_tool_call(result_ctx))
-                except Exception as e:
-                    activity.logger.warning("after_tool_call raised %r (the result is kept)", e)
+            )
         record = ToolResultRecord(
             tool_call_id=call.tool_call_id,
             tool_name=call.tool_name,
             step=inp.step,
-            output=jsonable(output),
-            is_error=is_error,
-            blocked=blocked,
+            output=jsonable(run.output),
+            is_error=run.is_error,
+            blocked=run.blocked,
             duration_ms=duration_ms,
         )
         saved = await self.store.save_tool_result(ref.turn_id, record)
         async with self._publisher(ref.turn_id, inp.step) as publisher:
             if publisher is not None:
-                await publisher.tool_result(ctx_build.tool_result_part(saved).model_dump(mode="json"))
+                await publisher.tool_result(
+                    ctx_build.tool_result_part(saved).model_dump(mode="json")
+                )
         return _outcome(saved)
 
-    async def _run_tool(
-        self, turn: TurnRecord, inp: ToolCallInput, call: ToolCallPart, available: set[str]
-    ) -> tuple[Any, bool, bool]:
-        """(output, is_error, blocked) for one call."""
-        tool = self.tools.get(call.tool_name)
-        if tool is None or call.tool_name not in available:
-            names = ", ".join(sorted(available)) or "none"
-            return f'Unknown tool "{call.tool_name}". Available tools: {names}.', True, False
-        if tool.is_client_tool:
-            return f'Tool "{call.tool_name}" runs on the client, which sent no result.', True, False
-        try:
-            args = tool.input_model.model_validate(call.input)
-        except ValidationError as e:
-            return _invalid_args(tool, e), True, False
-        attempt = activity.info().attempt
-        if attempt > 1 and not tool.retry_safe:
-            return INTERRUPTED, True, False
-
-        decision: ToolCallDecision | None = None
-        if overrides(self.hooks, "before_tool_call"):
-            messages = await ctx_build.step_messages(
-                self.store, turn, await self.store.steps(turn.turn_id, turn.run), {}
-            )
-            tool_ctx = ToolCallContext(
-                tool_call_id=call.tool_call_id,
-                tool_name=call.tool_name,
-                input=call.input,
-                step_number=inp.step,
-                messages=messages,
-                provider_metadata=call.provider_metadata,
-                is_cancelled=activity.is_cancelled,
-            )
-            try:
-                decision = await call_hook(self.hooks.before_tool_call(tool_ctx))
-                if decision is not None and not isinstance(decision, ToolCallDecision):
-                    decision = ToolCallDecision.model_validate(decision)
-            except Exception as e:
-                return f"before_tool_call raised {type(e).__name__}: {e}", True, False
-        if decision is not None:
-            if decision.action == "block":
-                return decision.reason or f'Tool "{call.tool_name}" was blocked by beforeToolCall.', False, True
-            if decision.action == "substitute":
-                return decision.output, False, True
-            if decision.input is not None:
-                try:
-                    args = tool.input_model.model_validate(decision.input)
-                except ValidationError as e:
-                    return "before_tool_call substituted invalid input: " + _invalid_args(tool, e), True, False
-
-        tool_ctx_run = ToolContext(
+    async def _tool_call_context(
+        self, turn: TurnRecord, steps: list[StepRecord], step: int, call: ToolCallPart
+    ) -> ToolCallContext:
+        wanted = self.lifecycle.overrides("before_tool_call") or self.lifecycle.overrides(
+            "after_tool_call"
+        )
+        messages = await ctx_build.step_messages(self.store, turn, steps, {}) if wanted else []
+        return ToolCallContext(
             tool_call_id=call.tool_call_id,
             tool_name=call.tool_name,
+            input=call.input,
+            step_number=step,
+            messages=messages,
+            provider_metadata=call.provider_metadata,
+            is_cancelled=activity.is_cancelled,
+            request_id=turn.request_id,
+            conversation_id=turn.conversation_id,
+            turn_number=turn.turn_number,
+            body=turn.body,
+        )
+
+    def _tool_context(self, turn: TurnRecord, inp: ToolCallInput, step: StepRecord) -> ToolContext:
+        return ToolContext(
+            tool_call_id=inp.tool_call_id,
+            tool_name=inp.tool_name,
             conversation_id=turn.conversation_id,
             turn_number=turn.turn_number,
             request_id=turn.request_id,
             step_number=inp.step,
-            attempt=attempt,
+            attempt=activity.info().attempt,
             heartbeat=activity.heartbeat,
+            experimental_context=step.experimental_context,
         )
-        try:
-            return await _execute(tool, args, tool_ctx_run), False, False
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            return f"{type(e).__name__}: {e}", True, False
 
     # --- finish / fail / respond -------------------------------------------------------------
 
     @activity.defn(name="finish_turn")
     async def finish_turn(self, inp: FinishTurnInput) -> TurnResult:
-        """on_step_finish(last) → persist the assistant message → the turn's result."""
+        """on_step_finish(last) → check structured output → persist the assistant message."""
         turn = await self._turn(inp.turn)
         steps = await self.store.steps(turn.turn_id, turn.run)
         results = await self.store.tool_results(turn.turn_id)
-        if steps and inp.status == "completed" and overrides(self.hooks, "on_step_finish"):
+        if steps and inp.status == "completed":
+            last = ctx_build.step_result(steps[-1], results)
             async with keep_alive(self._beat_every):
-                try:
-                    await call_hook(self.hooks.on_step_finish(ctx_build.step_result(steps[-1], results)))
-                except Exception as e:
-                    raise hook_failure("on_step_finish", e) from e
+                await self.lifecycle.on_step_finish(last)
+            schema = ctx_build.turn_config(turn).output
+            problem = check_output(last.text, schema) if schema is not None else None
+            if problem:
+                error = ErrorInfo(type=OUTPUT_ERROR, message=problem, stage="stream")
+                return await self._failed(turn, steps, results, error, messages_persisted=True)
         return await self._close(turn, steps, results, inp.status, inp.error)
 
     @activity.defn(name="fail_turn")
     async def fail_turn(self, inp: FailTurnInput) -> TurnResult:
-        """on_chat_error decides what the caller sees; the partial message is persisted."""
-        turn = await self.store.get_turn(inp.turn.turn_id)
-        if turn is None:  # failed before begin_turn recorded it
-            turn = TurnRecord(
-                turn_id=inp.turn.turn_id,
-                conversation_id=inp.turn.conversation_id,
-                turn_number=inp.turn.turn_number,
-                request_id=inp.turn.request_id,
-                continuation=inp.continuation,
-            )
+        """on_chat_error decides what the caller sees; the partial message is persisted first."""
+        stored = await self.store.get_turn(inp.turn.turn_id)
+        turn = stored or TurnRecord(
+            turn_id=inp.turn.turn_id,
+            conversation_id=inp.turn.conversation_id,
+            turn_number=inp.turn.turn_number,
+            request_id=inp.turn.request_id,
+            continuation=inp.continuation,
+        )
         steps = await self.store.steps(turn.turn_id, turn.run)
         results = await self.store.tool_results(turn.turn_id)
-        error = inp.error
+        return await self._failed(
+            turn, steps, results, inp.error, messages_persisted=stored is not None
+        )
+
+    async def _failed(
+        self,
+        turn: TurnRecord,
+        steps: list[StepRecord],
+        results: dict[str, ToolResultRecord],
+        error: ErrorInfo,
+        messages_persisted: bool,
+    ) -> TurnResult:
+        message = await self._persist(turn, steps, results, "error")
         ctx = ChatErrorContext(
             stage=error.stage or "turn",  # type: ignore[arg-type]
             request_id=turn.request_id,
-            messages_persisted=bool(await self.store.messages(turn.conversation_id)),
+            messages_persisted=messages_persisted,
             classification=error.classification,  # type: ignore[arg-type]
         )
-        try:
-            shown = await call_hook(self.hooks.on_chat_error(_TurnError(error), ctx))
-            message = str(shown) if shown is not None else error.message
-        except Exception as e:
-            activity.logger.warning("on_chat_error raised %r; the original error is shown", e)
-            message = error.message
-        return await self._close(turn, steps, results, "error", error.model_copy(update={"message": message}))
+        async with keep_alive(self._beat_every):
+            shown = await self.lifecycle.on_chat_error(_TurnError(error), ctx)
+        return await self._result(
+            turn, steps, message, "error", error.model_copy(update={"message": shown})
+        )
 
     async def _close(
         self,
@@ -554,13 +563,33 @@ class TurnActivities:
         status: str,
         error: ErrorInfo | None,
     ) -> TurnResult:
-        message = ctx_build.assistant_message(turn, steps, results, status=status)
+        message = await self._persist(turn, steps, results, status)
+        return await self._result(turn, steps, message, status, error)
+
+    async def _persist(
+        self,
+        turn: TurnRecord,
+        steps: list[StepRecord],
+        results: dict[str, ToolResultRecord],
+        status: str,
+    ) -> Message:
+        sends_reasoning = ctx_build.turn_config(turn).send_reasoning is not False
+        message = ctx_build.assistant_message(turn, steps, results, status, sends_reasoning)
         if message.parts:
             await self.store.put_message(turn.conversation_id, message, turn.turn_id)
+        return message
+
+    async def _result(
+        self,
+        turn: TurnRecord,
+        steps: list[StepRecord],
+        message: Message,
+        status: str,
+        error: ErrorInfo | None,
+    ) -> TurnResult:
         turn.status = status
         turn.error = error.model_dump() if error else None
         await self.store.save_turn(turn)
-        usage = sum((s.usage for s in steps), Usage())
         text = ctx_build.message_text(message)
         async with self._publisher(turn.turn_id, None) as publisher:
             if publisher is not None:
@@ -578,33 +607,30 @@ class TurnActivities:
             steps=len(steps),
             continuation=turn.continuation,
             error=error,
-            usage=usage,
+            usage=sum((s.usage for s in steps), Usage()),
         )
 
     @activity.defn(name="chat_response")
     async def chat_response(self, inp: ChatResponseInput) -> None:
         """on_chat_response, after the message is persisted and the turn lock released."""
         result = inp.result
-        if result.status == "skipped" or not overrides(self.hooks, "on_chat_response"):
+        if result.status == "skipped" or not self.lifecycle.overrides("on_chat_response"):
             return
         messages = await self.store.messages(result.conversation_id)
         message = next((m for m in messages if m.id == result.message_id), None)
-        if message is None:
-            message = Message(id="", role="assistant")
+        turn = await self.store.get_turn(turn_id(result.conversation_id, result.turn_number))
         response = ChatResponseResult(
-            message=message,
+            message=message or Message(id="", role="assistant"),
             request_id=result.request_id,
             continuation=result.continuation,
-            status=result.status,  # type: ignore[arg-type]
+            status=result.status,
             error=result.error.message if result.error else None,
             conversation_id=result.conversation_id,
             turn_number=result.turn_number,
+            body=turn.body if turn else {},
         )
         async with keep_alive(self._beat_every):
-            try:
-                await call_hook(self.hooks.on_chat_response(response))
-            except Exception as e:
-                activity.logger.warning("on_chat_response raised %r (the turn stands)", e)
+            await self.lifecycle.on_chat_response(response)
 
 
 class _TurnError(Exception):
@@ -616,23 +642,50 @@ class _TurnError(Exception):
         self.stage = info.stage
 
 
-async def _execute(tool: Tool, args: BaseModel, ctx: ToolContext) -> Any:
-    assert tool.fn is not None
-    kwargs = tool.call_args(args, ctx)
-    if tool.streaming:
-        last: Any = None
-        async for value in tool.fn(**kwargs):
-            last = value
-            ctx.heartbeat()
-        return last
-    return await tool.fn(**kwargs)
+def _client_sink(publisher: ChunkPublisher, sends_reasoning: bool) -> Callable[[StreamPart], None]:
+    """What the live stream gets of a step: everything, or everything but reasoning."""
+    if sends_reasoning:
+        return publisher.publish_chunk
+
+    def publish(chunk: StreamPart) -> None:
+        if not isinstance(chunk, ReasoningDelta | ReasoningEnd):
+            publisher.publish_chunk(chunk)
+
+    return publish
 
 
-def _invalid_args(tool: Tool, error: ValidationError) -> str:
-    problems = "; ".join(
-        f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()
+def _find_call(steps: list[StepRecord], inp: ToolCallInput) -> tuple[StepRecord, ToolCallPart]:
+    for step in steps:
+        if step.step == inp.step:
+            for part in step.parts:
+                if isinstance(part, ToolCallPart) and part.tool_call_id == inp.tool_call_id:
+                    return step, part
+    raise ApplicationError(
+        f"tool call {inp.tool_call_id} is not in step {inp.step}", non_retryable=True
     )
-    return f'Invalid arguments for tool "{tool.name}": {problems}'
+
+
+def _result_chunk(
+    call: ToolCallPart, output: Any, is_error: bool, preliminary: bool = False
+) -> ToolResultChunk:
+    return ToolResultChunk(
+        tool_call_id=call.tool_call_id,
+        tool_name=call.tool_name,
+        output=jsonable(output),
+        is_error=is_error,
+        preliminary=preliminary,
+    )
+
+
+def _preliminaries(on_chunk: OnChunk | None, call: ToolCallPart) -> Any:
+    """A streaming tool's intermediate values, as preliminary tool-result chunks."""
+    if on_chunk is None:
+        return None
+
+    async def emit(value: Any) -> None:
+        await on_chunk(_result_chunk(call, value, False, preliminary=True))
+
+    return emit
 
 
 def _record(step: int, run: int, model: str, snap: StepSnapshot) -> StepRecord:

@@ -1,13 +1,13 @@
 """The ``turns`` command line.
 
-    turns demo                          run the offline demo end to end, then clean up
-    turns worker [--tools M] [--hooks M:C]   run a worker (embedded server if no TEMPORAL_ADDRESS)
-    turns server                        run only the embedded Temporal dev server
-    turns chat CONV "message" [--model ID]   run a turn and print the reply
-    turns continue CONV                 continue the last assistant message
-    turns cancel CONV [--request ID]    cancel a queued request or the running turn
-    turns state CONV                    the conversation's state as JSON
-    turns transcript CONV               the stored messages
+turns demo                          run the offline demo end to end, then clean up
+turns worker [--tools M] [--hooks M:C]   run a worker (embedded server if no TEMPORAL_ADDRESS)
+turns server                        run only the embedded Temporal dev server
+turns chat CONV "message" [--model ID]   run a turn and print the reply
+turns continue CONV                 continue the last assistant message
+turns cancel CONV [--request ID]    cancel a queued request or the running turn
+turns state CONV                    the conversation's state as JSON
+turns transcript CONV               the stored messages
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import sys
 import uuid
 from typing import Any
 
+from durable_turns.client import TurnsClient
 from durable_turns.config import Settings
 from durable_turns.contract import TurnResult
 from durable_turns.devserver import EmbeddedServer, port_open
@@ -33,9 +34,7 @@ def _print_result(result: TurnResult) -> None:
     print(line, file=sys.stderr if result.status != "completed" else sys.stdout)
 
 
-async def _client(settings: Settings):  # type: ignore[no-untyped-def]
-    from durable_turns.client import TurnsClient
-
+async def _client(settings: Settings) -> TurnsClient:
     if settings.embedded and not port_open("127.0.0.1", 7233):
         sys.exit(
             "no Temporal server at 127.0.0.1:7233: start a worker first (`turns worker`),"
@@ -149,7 +148,9 @@ async def demo(args: argparse.Namespace, settings: Settings) -> int:
 def parser() -> argparse.ArgumentParser:
     import worker
 
-    p = argparse.ArgumentParser(prog="turns", description="durable-turns: every chat turn a Temporal workflow")
+    p = argparse.ArgumentParser(
+        prog="turns", description="durable-turns: every chat turn a Temporal workflow"
+    )
     sub = p.add_subparsers(dest="command", required=True)
 
     w = sub.add_parser("worker", help="run a worker")

@@ -91,7 +91,7 @@ class TurnsClient:
         request_id: str | None = None,
     ) -> TurnResult:
         """Submit messages and wait for the turn's result (update-with-start)."""
-        op = WithStartWorkflowOperation(
+        op: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
             CONVERSATION_WORKFLOW,
             id=conversation_id,
             task_queue=self.task_queue,
@@ -119,7 +119,11 @@ class TurnsClient:
         return str(req["request_id"])
 
     async def continue_last_turn(
-        self, conversation_id: str, *, body: dict[str, Any] | None = None, request_id: str | None = None
+        self,
+        conversation_id: str,
+        *,
+        body: dict[str, Any] | None = None,
+        request_id: str | None = None,
     ) -> str:
         request_id = request_id or str(uuid.uuid4())
         payload: dict[str, Any] = {"request_id": request_id}

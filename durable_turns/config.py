@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 from durable_turns.contract import DEFAULT_MAX_STEPS, DEFAULT_MODEL, DEFAULT_TASK_QUEUE
 
@@ -19,6 +20,10 @@ EMBEDDED_UI_PORT = 8233
 def _env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
     return value if value not in (None, "") else default
+
+
+def _split(value: str | None) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()] if value else []
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,8 @@ class Settings:
     """TURNS_TOOLS: comma-separated modules of tools (the demo tools are always there)."""
     hooks: str | None = None
     """TURNS_HOOKS: ``module:Class``, a TurnHooks subclass."""
+    transforms: list[str] = field(default_factory=list)
+    """TURNS_TRANSFORMS: comma-separated modules of ``@stream_transform`` functions."""
     prometheus_bind: str | None = None
     """TURNS_PROMETHEUS_BIND: host:port to serve the Temporal runtime's Prometheus metrics."""
     otel: bool = False
@@ -59,6 +66,7 @@ class Settings:
     @classmethod
     def from_env(cls) -> Settings:
         tools = _env("TURNS_TOOLS")
+        transforms = _env("TURNS_TRANSFORMS")
         return cls(
             temporal_address=_env("TEMPORAL_ADDRESS"),
             namespace=_env("TEMPORAL_NAMESPACE", "default") or "default",
@@ -67,8 +75,9 @@ class Settings:
             store_url=_env("TURNS_STORE_URL"),
             model=_env("TURNS_MODEL", DEFAULT_MODEL) or DEFAULT_MODEL,
             max_steps=int(_env("TURNS_MAX_STEPS", str(DEFAULT_MAX_STEPS)) or DEFAULT_MAX_STEPS),
-            tools=[t.strip() for t in tools.split(",") if t.strip()] if tools else [],
+            tools=_split(tools),
             hooks=_env("TURNS_HOOKS"),
+            transforms=_split(transforms),
             chunk_stream_url=_env("TURNS_CHUNK_STREAM_URL"),
             prometheus_bind=_env("TURNS_PROMETHEUS_BIND"),
             otel=(_env("TURNS_OTEL", "") or "").lower() in ("1", "true", "yes"),
@@ -102,6 +111,6 @@ class Settings:
     def resolved_chunk_stream_url(self) -> str:
         return self.chunk_stream_url or f"sqlite:///{self.data_dir / 'chunks.db'}"
 
-    def with_overrides(self, **changes: object) -> Settings:
+    def with_overrides(self, **changes: Any) -> Settings:
         known = {f.name for f in fields(self)}
         return replace(self, **{k: v for k, v in changes.items() if k in known and v is not None})

@@ -29,19 +29,25 @@ async def run_demo(settings: Settings, keep: bool = False) -> int:
         await worker.check_search_attributes(client, settings.namespace)
         async with worker.running_worker(client, settings):
             turns = TurnsClient(client, settings.task_queue)
-            print(f"conversation {conversation}  (model {settings.model}: a scripted demo, not an LLM)\n")
+            print(
+                f"conversation {conversation}  (model {settings.model}: a scripted demo, not an LLM)\n"
+            )
             for question in QUESTIONS:
                 print(f"user      > {question}")
                 result = await turns.send(conversation, question)
                 for line in result.text.splitlines():
                     print(f"assistant > {line}" if line else "")
-                print(f"            [{result.status} · {result.steps} steps · workflow {result.workflow_id}]\n")
+                print(
+                    f"            [{result.status} · {result.steps} steps · workflow {result.workflow_id}]\n"
+                )
             ui = server.ui_url if server else "your Temporal UI"
             print("workflows:")
             print(f"  ConversationWorkflow  {conversation}")
             for n in range(1, len(QUESTIONS) + 1):
                 print(f"  TurnWorkflow          {turn_workflow_id(conversation, n)}")
-            print(f"\nTemporal UI: {ui}/namespaces/{settings.namespace}/workflows?query=ConversationId%3D%22{conversation}%22")
+            print(
+                f"\nTemporal UI: {ui}/namespaces/{settings.namespace}/workflows?query=ConversationId%3D%22{conversation}%22"
+            )
             print(f"transcript:  turns transcript {conversation}")
             if keep:
                 print("\nserver and worker keep running; Ctrl-C stops them.")

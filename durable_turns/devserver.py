@@ -18,6 +18,7 @@ import sysconfig
 import time
 from pathlib import Path
 
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 
 from durable_turns.contract import SEARCH_ATTRIBUTES
@@ -112,10 +113,7 @@ class EmbeddedServer:
         codec = os.environ.get("TURNS_UI_CODEC_ENDPOINT")
         if self.ui and codec:  # the UI decrypts payloads through the codec server
             cmd += ["--ui-codec-endpoint", codec]
-        log = open(self.data_dir / "temporal-server.log", "ab")
-        self.process = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
-        )
+        self.process = self._spawn(cmd)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -125,12 +123,22 @@ class EmbeddedServer:
                 )
             try:
                 client = await Client.connect(self.address)
-                await client.workflow_service.get_system_info(_system_info_request())
+                await client.workflow_service.get_system_info(GetSystemInfoRequest())
                 return
             except Exception:
                 await asyncio.sleep(0.2)
         self.stop()
         raise RuntimeError(f"the Temporal dev server did not start within {timeout_s}s")
+
+    def _spawn(self, cmd: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.data_dir / "temporal-server.log", "ab")
+        return subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
@@ -141,9 +149,3 @@ class EmbeddedServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-
-
-def _system_info_request():  # type: ignore[no-untyped-def]
-    from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
-
-    return GetSystemInfoRequest()

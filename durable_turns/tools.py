@@ -12,7 +12,8 @@ The input model's JSON schema goes to the model; the docstring is the descriptio
 parameter annotated ``ToolContext`` receives the call's context, whose ``tool_call_id`` is
 an idempotency key (a tool that was running when its worker died runs again with the same
 id, unless it says ``retry_safe=False``). A tool written as an async generator streams
-preliminary results; its last value is the output. A tool declared with ``client=True`` has
+preliminary results (``on_chunk`` sees each as a ``tool-result`` chunk with
+``preliminary=True``); its last value is the output. A tool declared with ``client=True`` has
 no executor: the client runs it and sends the result back.
 
 Point a worker at a module of tools with ``--tools module`` (env ``TURNS_TOOLS``): every
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
@@ -45,6 +46,7 @@ class ToolContext:
     attempt: int = 1
     heartbeat: Callable[..., None] = lambda *details: None
     experimental_context: Any = None
+    """What ``before_step`` set as ``experimental_context`` for this step or an earlier one."""
 
 
 @dataclass
@@ -83,6 +85,27 @@ class Tool:
         if self._context_param:
             kwargs[self._context_param] = ctx
         return kwargs
+
+    async def run(
+        self,
+        args: BaseModel,
+        ctx: ToolContext,
+        on_preliminary: Callable[[Any], Awaitable[None]] | None = None,
+    ) -> Any:
+        """Execute the tool. A streaming tool's values go to ``on_preliminary`` as they come
+        (each one heartbeats); its last value is the output."""
+        if self.fn is None:
+            raise RuntimeError(f"tool {self.name!r} runs on the client")
+        kwargs = self.call_args(args, ctx)
+        if not self.streaming:
+            return await self.fn(**kwargs)
+        last: Any = None
+        async for value in self.fn(**kwargs):
+            last = value
+            ctx.heartbeat()
+            if on_preliminary is not None:
+                await on_preliminary(value)
+        return last
 
 
 _EMPTY_INPUT = create_model("EmptyInput")

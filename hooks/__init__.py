@@ -1,10 +1,10 @@
-"""The public hook API: subclass ``TurnHooks`` and point the worker at it.
-
-    turns worker --hooks mypackage.hooks:MyHooks      (or TURNS_HOOKS=...)
+"""The public hook API: subclass ``TurnHooks`` and point the worker at it with
+``turns worker --hooks mypackage.hooks:MyHooks`` (or ``TURNS_HOOKS=...``).
 """
 
 from hooks.base import TurnHooks
 from hooks.classifier import CONTEXT_OVERFLOW_PATTERN, default_context_overflow_classifier
+from hooks.extensions import Extension
 from hooks.session import ContextBlock, Session, approximate_token_count
 from hooks.types import (
     ChatErrorClassification,
@@ -35,6 +35,7 @@ __all__ = [
     "ChunkContext",
     "ContextBlock",
     "ContextOverflowConfig",
+    "Extension",
     "PrepareStepContext",
     "Session",
     "StepConfig",

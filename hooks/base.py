@@ -1,26 +1,43 @@
 """``TurnHooks``: the base class a developer subclasses to customise turns.
 
-Override any of the ten hooks. Each may be ``async`` or plain; the engine awaits what needs
-awaiting.
+Override any of the ten hooks. Each may be ``async def`` or plain ``def``; the engine awaits
+what needs awaiting. Point a worker at the subclass with ``--hooks module:Class`` (env
+``TURNS_HOOKS``).
+
+Order, for a turn whose model calls one tool per step::
+
+    configure_session                       once per worker start
+    before_turn                             begin turn
+      before_step(0) → on_chunk… → before_tool_call → (tool runs) → on_chunk(tool-result)
+        → after_tool_call → on_step_finish(0)
+      before_step(1) → on_chunk… → on_step_finish(1)
+    on_chat_response                        after the message is stored and the lock released
+
+Parallel tool calls of one step run as parallel activities: each call's
+``before_tool_call → tool → after_tool_call`` is in order, the calls interleave freely.
 
 Durability (read this before writing a hook that does I/O):
 
-* Hooks run inside Temporal activities, at the activity boundaries of a turn: ``before_turn``
-  in *begin turn*; ``on_step_finish`` of the previous step, ``before_step`` and ``on_chunk``
-  in *model step*; ``before_tool_call`` and ``after_tool_call`` in *tool call*; the last
-  ``on_step_finish`` in *finish turn*; ``on_chat_error``/``classify_chat_error`` in *fail
-  turn* or *model step*; ``on_chat_response`` in its own activity after the turn lock is
-  released.
+* Hooks run inside Temporal activities, at the activity boundaries of a turn:
+  ``before_turn`` in *begin turn*; ``on_step_finish`` of the previous step, ``before_step``
+  and ``on_chunk`` (model chunks) in *model step*; ``before_tool_call``, ``on_chunk``
+  (tool results, preliminary ones included) and ``after_tool_call`` in *tool call*; the
+  last ``on_step_finish`` in *finish turn*; ``classify_chat_error`` in *model step*;
+  ``on_chat_error`` in *fail turn*; ``on_chat_response`` in its own activity after the turn
+  lock is released. A hook may therefore run on any worker: keep state in a store, not in
+  ``self``.
 * Each hook call is **at-least-once**: an activity attempt that dies (worker crash, timeout)
   is retried, and its hooks run again. Make side effects idempotent (the request id, turn
   number, step number and tool call id are stable keys).
 * A hook's **decision** (a TurnConfig, StepConfig or ToolCallDecision) becomes durable when
-  its activity completes; from then on it is never asked again, not even on replay.
+  its activity completes; from then on it is never asked again, not even on replay or on
+  another worker after a crash. A tool whose result is recorded never runs again.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Awaitable, Sequence
+from typing import Any, ClassVar
 
 from hooks.classifier import default_context_overflow_classifier
 from hooks.session import Session
@@ -50,42 +67,92 @@ class TurnHooks:
     context_overflow: ClassVar[ContextOverflowConfig] = ContextOverflowConfig()
     """Context-overflow recovery settings (off by default, as in Think)."""
 
-    def configure_session(self, session: Session) -> Session:
-        """Once per worker start: add context blocks, a summariser, compaction, caching."""
+    extensions: ClassVar[Sequence[Any]] = ()
+    """Extension objects (see ``hooks.extensions``): they observe the turn through
+    JSON-safe snapshots after the hooks of this class, in this order."""
+
+    def configure_session(self, session: Session) -> Session | Awaitable[Session]:
+        """Once per worker start: context blocks, a summariser, compaction, prompt caching.
+
+        ``session.with_context(name, provider)`` blocks, in order, build the system prompt
+        (``system_prompt`` is used when there are none); ``with_cached_prompt()`` asks the
+        provider to cache it. Return the session.
+        """
         return session
 
     async def before_turn(self, ctx: TurnContext) -> TurnConfig | None:
-        """Before the first model step: inspect the assembled context, override any part."""
+        """Before the first model step: inspect the assembled context, override any part.
+
+        Return a ``TurnConfig`` with only the fields to change, or None. Runs once per turn,
+        on every entry path: submitted
+        messages, a directly started ``TurnWorkflow``, ``continueLastTurn``
+        (``ctx.continuation`` is True). Raising fails the turn through ``on_chat_error``
+        with stage ``"turn"``; the user's messages are kept.
+        """
         return None
 
     async def before_step(self, ctx: PrepareStepContext) -> StepConfig | None:
-        """Before every model step (step 0 included): per-step overrides."""
+        """Before every model step (step 0 included): per-step overrides.
+
+        ``ctx.steps`` are the finished steps, ``ctx.messages`` what the step will send.
+        Return a ``StepConfig`` (model, tool_choice, active_tools, system, messages,
+        experimental_context, provider_options) or None. Raising fails the turn.
+        """
         return None
 
     async def before_tool_call(self, ctx: ToolCallContext) -> ToolCallDecision | None:
-        """Before a server tool runs: allow, allow with new input, block or substitute."""
+        """Before a server tool runs: allow, allow with new input, block or substitute.
+
+        Not called for client tools, unknown tools, or input that fails validation (those
+        are tool errors already). Raising becomes a tool error the model sees, and
+        ``after_tool_call`` reports ``success=False``.
+        """
         return None
 
     async def after_tool_call(self, ctx: ToolCallResultContext) -> None:
-        """After every tool outcome, blocked and substituted ones included."""
+        """After every tool outcome, blocked and substituted ones included.
+
+        ``ctx.input`` is what the model emitted; ``success``/``output``/``error`` are what
+        the model sees. A raise is logged and ignored (the result stands).
+        """
 
     async def on_step_finish(self, ctx: StepContext) -> None:
-        """After each step, once its tool results are known."""
+        """After each step, once its tool results are known: text, reasoning, tool calls
+        and results, finish reason, usage, provider metadata, warnings, response."""
 
     async def on_chunk(self, ctx: ChunkContext) -> None:
-        """Per streamed chunk: observational, high-frequency; keep it cheap."""
+        """Per streamed chunk: observational, high-frequency; keep it cheap.
+
+        Only dispatched when overridden. Model chunks come from the model-step activity;
+        tool results (``tool-result``, ``preliminary=True`` for a streaming tool's
+        intermediate values) from the tool-call activity. A raise is logged and ignored.
+        """
 
     async def on_chat_response(self, result: ChatResponseResult) -> None:
-        """After the assistant message is persisted and the turn lock released."""
+        """After the assistant message is persisted and the turn lock released.
+
+        Fires for every turn that ran, on every entry path: ``result.status`` is
+        ``"completed"``, ``"error"`` (``result.error`` is what the caller saw) or
+        ``"aborted"``. It is safe to submit a follow-up turn from here (signal
+        ``submitMessages`` on the conversation, e.g. with ``TurnsClient.submit``): the lock
+        is free, and it runs as the next turn. A raise is logged and ignored.
+        """
 
     def on_chat_error(self, error: Exception, ctx: ChatErrorContext) -> Exception:
-        """On a failed turn: return the error the caller should see."""
+        """On a failed turn: return the error the caller should see (its message becomes
+        ``TurnResult.error.message``). Sees errors before streaming (``before_turn``
+        raising: stage ``"turn"``) and from the model (stage ``"stream"``); the partial
+        assistant message is stored before this runs."""
         return error
 
     def classify_chat_error(
         self, error: Exception | str, ctx: ChatErrorContext
     ) -> ChatErrorClassification | None:
-        """Map a provider error to a category; "context_overflow" drives compact-and-retry."""
+        """Map a provider error to a category; ``"context_overflow"`` drives recovery.
+
+        Consulted only when ``context_overflow.reactive`` is on, for non-transient
+        provider errors. The default is ``default_context_overflow_classifier``.
+        """
         return default_context_overflow_classifier(error)
 
 

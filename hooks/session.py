@@ -1,7 +1,10 @@
 """The Session that ``configure_session`` shapes: context blocks, compaction and caching.
 
 It runs once per worker start. Context blocks build the system prompt (in the order they
-were added); without any, the hooks' ``system_prompt`` is used.
+were added); without any, the hooks' ``system_prompt`` is used. ``with_cached_prompt()``
+asks providers that support it to cache the prompt. ``on_compaction(summariser)`` and
+``compact_after(tokens, token_counter)`` configure compaction: ``needs_compaction`` and
+``compact`` fold older messages into a summary for the engine's compaction step.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from durable_turns.messages import Message
+from durable_turns.messages import Message, TextPart
 
 ContextProvider = Callable[[], str | Awaitable[str]]
 Summariser = Callable[[list[Message]], str | Awaitable[str]]
@@ -76,6 +79,31 @@ class Session:
     def with_cached_prompt(self) -> Session:
         self.cached_prompt = True
         return self
+
+    def needs_compaction(self, messages: list[Message]) -> bool:
+        """Whether ``messages`` passed the ``compact_after`` budget (by the token counter)."""
+        if self.compact_after_tokens is None:
+            return False
+        return self.token_counter(messages) > self.compact_after_tokens
+
+    async def compact(self, messages: list[Message], keep_recent: int = 4) -> list[Message] | None:
+        """All but the last ``keep_recent`` messages folded into one summary message, or
+        None when there is no summariser, nothing to fold, or the summariser gave nothing
+        (the caller then keeps the messages as they are)."""
+        if self.summariser is None or len(messages) <= keep_recent:
+            return None
+        head, tail = messages[:-keep_recent], messages[-keep_recent:]
+        value = self.summariser(head)
+        summary = await value if inspect.isawaitable(value) else value
+        if not summary:
+            return None
+        folded = Message(
+            id=f"summary-through-{head[-1].id}",
+            role="system",
+            parts=[TextPart(text=f"Summary of the earlier conversation:\n{summary}")],
+            metadata={"compacted": len(head)},
+        )
+        return [folded, *tail]
 
     async def system_prompt(self, default: str) -> str:
         """The system prompt built from the context blocks, or ``default`` without any."""

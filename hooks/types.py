@@ -44,8 +44,12 @@ ToolChoice = Literal["auto", "none", "required"] | dict[str, str]
 
 
 class TimeoutConfig(BaseModel):
-    total_ms: int | None = None
-    chunk_ms: int | None = None
+    """Time limits of a turn's model steps."""
+
+    total_ms: int | None = Field(default=None, gt=0)
+    """The longest one model step may take (its activity's start-to-close timeout)."""
+    chunk_ms: int | None = Field(default=None, gt=0)
+    """The longest silence between two chunks: the stall watchdog's timeout."""
 
 
 class _Config(BaseModel):
@@ -53,19 +57,34 @@ class _Config(BaseModel):
 
 
 class TurnConfig(_Config):
-    """``before_turn``'s return: every field optional; return only what you change."""
+    """``before_turn``'s return: every field optional; return only what you change.
+
+    The whole config is recorded in the transcript store with the turn (not in workflow
+    history), so a ``messages`` override of any size costs history nothing.
+    """
 
     model: str | None = None
+    """A ``provider:model`` id for this turn, e.g. ``"anthropic:claude-haiku-4-5"``."""
     system: str | None = None
+    """Replaces the system prompt (from the session's context blocks or ``system_prompt``)."""
     messages: list[Message] | None = None
+    """Replaces the assembled transcript as the turn's context (the transcript is untouched)."""
     tools: list[str | ToolSpec] | None = None
-    """Extra tools (additive): registered tool names, or specs of client tools."""
+    """Extra tools (additive): names of registered tools (e.g. ``@tool(default=False)``
+    ones), or ``ToolSpec``s of client tools. Cannot remove tools: use ``active_tools``."""
     active_tools: list[str] | None = None
+    """Only these tools are offered to the model, and only these may run."""
     tool_choice: ToolChoice | None = None
+    """``"auto" | "none" | "required"`` or ``{"type": "tool", "tool_name": NAME}``."""
     max_steps: int | None = Field(default=None, ge=1)
+    """Model steps of this turn (default: the request's, else ``TURNS_MAX_STEPS``, 10)."""
     stop_when: list[StopCondition] | None = None
-    """Additive to ``max_steps``: the loop ends when any condition matches."""
+    """Additive to ``max_steps``: the loop ends after a step where any condition matches
+    (``has_tool_call("name")``, ``step_count_is(n)``)."""
     send_reasoning: bool | None = None
+    """False: reasoning is kept from what the client sees (``on_chunk``, the extensions'
+    ``on_chunk`` and the stored assistant message). The model still gets its own reasoning
+    back within the turn (providers require it), and ``on_step_finish`` still sees it."""
     max_output_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -75,14 +94,21 @@ class TurnConfig(_Config):
     stop_sequences: list[str] | None = None
     seed: int | None = None
     max_retries: int | None = Field(default=None, ge=0)
+    """Retries of a failed model step (transient errors, stalls, crashes); 0 = one attempt."""
     timeout: TimeoutConfig | None = None
     chat_stream_stall_timeout_ms: int | None = Field(default=None, ge=0)
+    """The stall watchdog for this turn (0 disables it); wins over ``timeout.chunk_ms``."""
     headers: dict[str, str] | None = None
+    """Extra HTTP headers of the provider request."""
     provider_options: dict[str, Any] | None = None
+    """Provider settings; options under a provider's name reach only that provider."""
     output: dict[str, Any] | None = None
-    """Structured output: a JSON schema, or a pydantic model class (converted on return)."""
+    """Structured output: a JSON schema, or a pydantic model class (converted on return).
+    The final step's text must be JSON valid against it, else the turn ends with status
+    ``"error"`` and error type ``"OutputValidationError"`` (through ``on_chat_error``)."""
     experimental_transform: list[str] | None = None
-    """Names of stream transforms registered on the worker, applied in order."""
+    """Names of stream transforms registered on the worker (``activities.transforms``),
+    applied in order to each model step's stream before it is accumulated or observed."""
 
     @model_validator(mode="before")
     @classmethod
@@ -106,14 +132,32 @@ class StepConfig(_Config):
     model: str | None = None
     tool_choice: ToolChoice | None = None
     active_tools: list[str] | None = None
+    """Only these tools are offered in this step, and only these may run for its calls."""
     system: str | None = None
     messages: list[Message] | None = None
+    """The full message list this step sends (the transcript is untouched)."""
     experimental_context: Any = None
+    """Given to tools as ``ToolContext.experimental_context`` from this step on (later steps
+    inherit it until a ``before_step`` sets it again). JSON-serialisable: it is stored."""
     provider_options: dict[str, Any] | None = None
+    """Merged over the turn's ``provider_options`` for this step only."""
+
+    @property
+    def sets_context(self) -> bool:
+        """Whether ``experimental_context`` was given (``None`` included)."""
+        return "experimental_context" in self.model_fields_set
 
 
 class ToolCallDecision(_Config):
-    """``before_tool_call``'s return. ``None`` means allow."""
+    """``before_tool_call``'s return. ``None`` means allow.
+
+    * ``allow()``: run the tool with the model's input;
+    * ``allow(input)``: run it with this input instead (validated against the tool's input
+      model; invalid input becomes a tool error the model sees);
+    * ``block(reason)``: don't run it; the model sees ``reason`` (default
+      ``Tool "<name>" was blocked by beforeToolCall.``) as the tool's output;
+    * ``substitute(output)``: don't run it; the model sees ``output``.
+    """
 
     action: Literal["allow", "block", "substitute"] = "allow"
     input: Any = None
@@ -152,12 +196,19 @@ class TurnContext:
     """``before_turn``'s argument: the fully assembled context of the turn."""
 
     system: str
+    """The assembled system prompt (the session's context blocks, or ``system_prompt``)."""
     messages: list[Message]
+    """The transcript the model will see (with the ephemeral continue prompt, if any)."""
     tools: list[ToolSpec]
+    """The tools offered by default (registered tools with ``default=True``)."""
     model: str
+    """The ``provider:model`` id of the turn (request, conversation or worker default)."""
     continuation: bool
+    """True for a ``continueLastTurn`` turn."""
     body: dict[str, Any]
+    """The request's custom body (for a continuation: its body, else the last request's)."""
     request_id: str
+    """The request's id: stable across retries, a good idempotency key."""
     conversation_id: str
     turn_number: int
     is_cancelled: Callable[[], bool] = lambda: False
@@ -196,10 +247,19 @@ class PrepareStepContext:
     """``before_step``'s argument."""
 
     steps: list[StepResult]
+    """The steps of this turn that already finished (empty at step 0)."""
     step_number: int
     model: str
+    """The ``provider:model`` id the step will use unless overridden."""
     messages: list[Message]
+    """What the step will send: the turn's context plus its steps so far."""
     experimental_context: Any = None
+    """The context the previous steps set (inherited), or None."""
+    request_id: str = ""
+    conversation_id: str = ""
+    turn_number: int = 0
+    body: dict[str, Any] = field(default_factory=dict)
+    """The request's custom body (as ``TurnContext.body``)."""
 
 
 @dataclass
@@ -209,12 +269,19 @@ class ToolCallContext:
     tool_call_id: str
     tool_name: str
     input: Any
+    """The arguments the model emitted (already validated against the tool's input)."""
     step_number: int
     messages: list[Message]
+    """The conversation as the model saw it when it made this call."""
     type: str = "tool-call"
     dynamic: bool = False
     provider_metadata: dict[str, Any] | None = None
     is_cancelled: Callable[[], bool] = lambda: False
+    """True once the turn has been cancelled."""
+    request_id: str = ""
+    conversation_id: str = ""
+    turn_number: int = 0
+    body: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -224,19 +291,33 @@ class ToolCallResultContext:
     tool_call_id: str
     tool_name: str
     input: Any
+    """What the model emitted (not a substituted input)."""
     step_number: int
     messages: list[Message]
     duration_ms: float
+    """Wall-clock time of the call: ``before_tool_call``'s decision and the tool's run."""
     success: bool
+    """False when the tool raised, its input was invalid or the hook raised; blocked and
+    substituted calls are successes (the model received an output)."""
     output: Any = None
     error: Any = None
+    """The error text the model sees (when ``success`` is False)."""
     type: str = "tool-call"
     dynamic: bool = False
+    request_id: str = ""
+    conversation_id: str = ""
+    turn_number: int = 0
+    body: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class ChunkContext:
-    """``on_chunk``'s argument."""
+    """``on_chunk``'s argument.
+
+    ``chunk.type`` is one of ``text-delta``, ``reasoning-delta``, ``source``, ``tool-call``,
+    ``tool-input-start``, ``tool-input-delta``, ``tool-result`` (``preliminary=True`` for
+    the intermediate values of a streaming tool) or ``raw``.
+    """
 
     chunk: StreamPart
     step_number: int = 0
@@ -248,12 +329,15 @@ class ChatResponseResult:
     """``on_chat_response``'s argument."""
 
     message: Message
+    """The persisted assistant message (no parts when the turn produced none)."""
     request_id: str
     continuation: bool
     status: Literal["completed", "error", "aborted"]
     error: str | None = None
+    """The error message the caller saw (when ``status`` is ``"error"``)."""
     conversation_id: str = ""
     turn_number: int = 0
+    body: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -261,9 +345,13 @@ class ChatErrorContext:
     """Where a turn failed, for ``classify_chat_error`` and ``on_chat_error``."""
 
     stage: ErrorStage
+    """``"turn"`` (before streaming: begin_turn, before_turn), ``"stream"`` (the model
+    step), ``"persist"`` (finishing the turn), ``"tool"``."""
     request_id: str | None = None
     messages_persisted: bool = False
+    """Whether the turn's incoming user messages were stored before it failed."""
     classification: ChatErrorClassification | None = None
+    """``"context_overflow"`` when an overflow could not be recovered."""
 
 
 @dataclass

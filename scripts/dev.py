@@ -25,8 +25,6 @@ PY = BIN / "python"
 
 
 def ensure_env() -> None:
-    if sys.version_info < (3, 11):
-        sys.exit("durable-turns needs Python 3.11 or newer")
     if not PY.exists():
         print("creating .venv …", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
@@ -35,7 +33,16 @@ def ensure_env() -> None:
     if not stamp.exists() or stamp.read_text() != digest:
         print("installing durable-turns and its test tools into .venv …", flush=True)
         subprocess.run(
-            [str(PY), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "-e", ".[test]"],
+            [
+                str(PY),
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "-e",
+                ".[test]",
+            ],
             cwd=ROOT,
             check=True,
         )
@@ -57,7 +64,9 @@ def main() -> None:
     elif command == "test":
         code = run(str(PY), "-m", "pytest", *rest)
     elif command == "lint":
-        code = run(str(BIN / "ruff"), "check", ".") or run(str(BIN / "ruff"), "format", "--check", ".")
+        code = run(str(BIN / "ruff"), "check", ".") or run(
+            str(BIN / "ruff"), "format", "--check", "."
+        )
         code = code or run(str(BIN / "mypy"))
     else:
         code = run(str(PY), "-m", "bench", *rest)

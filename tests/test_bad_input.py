@@ -16,7 +16,9 @@ async def _tool_result(harness: Harness, conversation: str) -> ToolResultPart:
 
 async def test_tool_that_raises_becomes_a_tool_error(harness: Harness) -> None:
     harness.start_worker()
-    model = harness.script([{"tool_calls": [{"name": "explode", "input": {}}]}, {"text": "saw: {tool_result}"}])
+    model = harness.script(
+        [{"tool_calls": [{"name": "explode", "input": {}}]}, {"text": "saw: {tool_result}"}]
+    )
     result = await harness.send(harness.conv("c-raise"), "go", model=model)
     assert result.status == "completed"
     part = await _tool_result(harness, harness.conv("c-raise"))
@@ -26,7 +28,9 @@ async def test_tool_that_raises_becomes_a_tool_error(harness: Harness) -> None:
 
 async def test_unknown_tool_is_reported_to_the_model(harness: Harness) -> None:
     harness.start_worker()
-    model = harness.script([{"tool_calls": [{"name": "no_such_tool", "input": {}}]}, {"text": "ok: {tool_result}"}])
+    model = harness.script(
+        [{"tool_calls": [{"name": "no_such_tool", "input": {}}]}, {"text": "ok: {tool_result}"}]
+    )
     result = await harness.send(harness.conv("c-unknown"), "go", model=model)
     assert result.status == "completed"
     part = await _tool_result(harness, harness.conv("c-unknown"))
@@ -37,7 +41,9 @@ async def test_unknown_tool_is_reported_to_the_model(harness: Harness) -> None:
 
 async def test_invalid_tool_arguments_are_reported_to_the_model(harness: Harness) -> None:
     harness.start_worker()
-    model = harness.script([{"tool_calls": [{"name": "add", "input": {"a": "one"}}]}, {"text": "ok"}])
+    model = harness.script(
+        [{"tool_calls": [{"name": "add", "input": {"a": "one"}}]}, {"text": "ok"}]
+    )
     result = await harness.send(harness.conv("c-args"), "go", model=model)
     assert result.status == "completed"
     part = await _tool_result(harness, harness.conv("c-args"))
@@ -113,12 +119,16 @@ async def test_unknown_model_fails_the_turn_clearly(harness: Harness) -> None:
     # the user's message is kept
     messages = await (await harness.store()).messages(harness.conv("c-model"))
     assert [m.text for m in messages] == ["hi"]
-    assert (await harness.send(harness.conv("c-model"), "again", model="demo:echo")).status == "completed"
+    assert (
+        await harness.send(harness.conv("c-model"), "again", model="demo:echo")
+    ).status == "completed"
 
 
 async def test_provider_error_reaches_the_caller(harness: Harness) -> None:
     harness.start_worker()
-    model = harness.script([{"error": {"status": 401, "message": "invalid x-api-key", "kind": "auth"}}])
+    model = harness.script(
+        [{"error": {"status": 401, "message": "invalid x-api-key", "kind": "auth"}}]
+    )
     result = await harness.send(harness.conv("c-401"), "hi", model=model)
     assert result.status == "error"
     assert result.error is not None

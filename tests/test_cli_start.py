@@ -23,8 +23,16 @@ def temporal(address: str, *args: str) -> str:
 
 async def _state(harness: Harness, conversation: str) -> dict:
     out = await asyncio.to_thread(
-        temporal, harness.address, "workflow", "query", "--workflow-id", conversation,
-        "--name", "state", "--output", "json",
+        temporal,
+        harness.address,
+        "workflow",
+        "query",
+        "--workflow-id",
+        conversation,
+        "--name",
+        "state",
+        "--output",
+        "json",
     )
     return json.loads(out)["queryResult"][0]
 
@@ -34,13 +42,20 @@ async def test_signal_with_start_and_continue_from_the_cli(harness: Harness) -> 
     conversation = harness.conv("cli-conv")
     # README: "Start a turn with the temporal CLI"
     await asyncio.to_thread(
-        temporal, harness.address,
-        "workflow", "signal-with-start",
-        "--workflow-id", conversation,
-        "--type", "ConversationWorkflow",
-        "--task-queue", harness.task_queue,
-        "--signal-name", "submitMessages",
-        "--signal-input", '{"messages":[{"role":"user","content":"What is the weather in Rome?"}]}',
+        temporal,
+        harness.address,
+        "workflow",
+        "signal-with-start",
+        "--workflow-id",
+        conversation,
+        "--type",
+        "ConversationWorkflow",
+        "--task-queue",
+        harness.task_queue,
+        "--signal-name",
+        "submitMessages",
+        "--signal-input",
+        '{"messages":[{"role":"user","content":"What is the weather in Rome?"}]}',
     )
     for _ in range(100):
         state = await _state(harness, conversation)
@@ -52,8 +67,14 @@ async def test_signal_with_start_and_continue_from_the_cli(harness: Harness) -> 
     assert "forecast for Rome" in result["text"]
 
     await asyncio.to_thread(
-        temporal, harness.address,
-        "workflow", "signal", "--workflow-id", conversation, "--name", "continueLastTurn",
+        temporal,
+        harness.address,
+        "workflow",
+        "signal",
+        "--workflow-id",
+        conversation,
+        "--name",
+        "continueLastTurn",
     )
     for _ in range(100):
         state = await _state(harness, conversation)

@@ -20,9 +20,7 @@ async def test_conversation_continues_as_new_and_keeps_state(harness: Harness) -
     done = await asyncio.gather(*(harness.turns.wait(conversation, r) for r in queued))
     assert [d.turn_number for d in done] == [7, 8, 9] and last.turn_number == 10
 
-    runs = [
-        w async for w in harness.client.list_workflows(f'WorkflowId="{conversation}"')
-    ]
+    runs = [w async for w in harness.client.list_workflows(f'WorkflowId="{conversation}"')]
     assert len(runs) >= 2, "the conversation handed over to a new run"
     state = await harness.turns.state(conversation)
     assert state.turn_count == 10

@@ -9,8 +9,8 @@ from durable_turns.messages import ToolCallPart, ToolResultPart
 from tests.support.harness import Harness
 
 
-async def wait_until(predicate: Callable[[], object], timeout: float = 30) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
+async def wait_until(predicate: Callable[[], object], within: float = 30) -> None:
+    deadline = asyncio.get_running_loop().time() + within
     while not await _check(predicate):
         if asyncio.get_running_loop().time() > deadline:
             raise TimeoutError("condition not reached")
@@ -64,7 +64,10 @@ async def test_kill_during_model_step(harness: Harness) -> None:
 async def test_kill_during_tool_call(harness: Harness) -> None:
     first = harness.start_worker()
     model = harness.script(
-        [{"tool_calls": [{"name": "slow", "input": {"seconds": 3}}]}, {"text": "result: {tool_result}"}]
+        [
+            {"tool_calls": [{"name": "slow", "input": {"seconds": 3}}]},
+            {"text": "result: {tool_result}"},
+        ]
     )
     conversation = harness.conv("crash-tool")
     request = await harness.turns.submit(conversation, "go", model=model)
@@ -87,7 +90,10 @@ async def test_kill_during_tool_call(harness: Harness) -> None:
 async def test_tool_not_safe_to_retry_reports_interruption(harness: Harness) -> None:
     first = harness.start_worker()
     model = harness.script(
-        [{"tool_calls": [{"name": "charge_card", "input": {"seconds": 3}}]}, {"text": "tool said: {tool_result}"}]
+        [
+            {"tool_calls": [{"name": "charge_card", "input": {"seconds": 3}}]},
+            {"text": "tool said: {tool_result}"},
+        ]
     )
     conversation = harness.conv("crash-unsafe")
     request = await harness.turns.submit(conversation, "pay", model=model)

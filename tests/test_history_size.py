@@ -40,7 +40,9 @@ def prior_transcript(tokens: int) -> list[Message]:
     per_message = 2000  # characters
     for i in range(max(1, tokens * 4 // per_message)):
         role = "user" if i % 2 == 0 else "assistant"
-        messages.append(Message(id=f"prior-{i}", role=role, parts=[TextPart(text=f"{i} " + "w" * per_message)]))
+        messages.append(
+            Message(id=f"prior-{i}", role=role, parts=[TextPart(text=f"{i} " + "w" * per_message)])
+        )
     return messages
 
 

@@ -67,7 +67,9 @@ async def test_reader_resumes_from_its_offset_exactly_once(harness: Harness) -> 
     harness.start_worker()
     conversation = harness.conv("resume")
     text = " ".join(f"w{i}" for i in range(40))
-    request = await harness.turns.submit(conversation, "go", model=harness.script([{"text": text, "delay_ms": 30}]))
+    request = await harness.turns.submit(
+        conversation, "go", model=harness.script([{"text": text, "delay_ms": 30}])
+    )
     number = await harness.turns.turn_number(conversation, request)
     streams = await backend(harness)
     stream_id = f"{conversation}/turn-{number}"
@@ -87,7 +89,9 @@ async def test_reader_resumes_from_its_offset_exactly_once(harness: Harness) -> 
 async def test_two_readers_see_the_same_sequence(harness: Harness) -> None:
     harness.start_worker()
     conversation = harness.conv("two-readers")
-    request = await harness.turns.submit(conversation, "go", model=harness.script([{"text": "a b c d e f", "delay_ms": 50}]))
+    request = await harness.turns.submit(
+        conversation, "go", model=harness.script([{"text": "a b c d e f", "delay_ms": 50}])
+    )
     number = await harness.turns.turn_number(conversation, request)
     streams = await backend(harness)
 
@@ -103,7 +107,9 @@ async def test_killed_worker_produces_a_reset_then_the_new_attempt(harness: Harn
     first = harness.start_worker()
     conversation = harness.conv("live-crash")
     text = " ".join(f"word{i}" for i in range(30))
-    request = await harness.turns.submit(conversation, "go", model=harness.script([{"text": text, "delay_ms": 100}]))
+    request = await harness.turns.submit(
+        conversation, "go", model=harness.script([{"text": text, "delay_ms": 100}])
+    )
     await wait_until(lambda: _is_streaming(harness, conversation))
     await asyncio.sleep(0.8)
     first.kill()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import urllib.request
 
@@ -19,7 +20,8 @@ async def test_prometheus_metrics_endpoint(harness: Harness) -> None:
     harness.start_worker(TURNS_PROMETHEUS_BIND=f"127.0.0.1:{port}")
     result = await harness.send(harness.conv("metrics"), "hi", model="demo:echo")
     assert result.status == "completed"
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    url = f"http://127.0.0.1:{port}/metrics"
+    body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
     assert "temporal_activity_execution_latency" in body
     assert 'activity_type="model_step"' in body
 

@@ -40,7 +40,11 @@ def marks(harness: Harness, hook: str) -> list[dict]:
 
 @pytest.mark.parametrize(
     ("slow", "activity"),
-    [("before_turn", "begin_turn"), ("before_step", "model_step"), ("on_step_finish", "finish_turn")],
+    [
+        ("before_turn", "begin_turn"),
+        ("before_step", "model_step"),
+        ("on_step_finish", "finish_turn"),
+    ],
     ids=["while-beginning", "between-steps", "while-finishing"],
 )
 async def test_kill_at_a_boundary(harness: Harness, slow: str, activity: str) -> None:
@@ -139,7 +143,9 @@ async def test_continue_last_turn(harness: Harness) -> None:
     ], "the ephemeral continue prompt is never persisted"
     assert messages[2].metadata["continuation"] is True
     turn = await (await harness.store()).get_turn(f"{conversation}/turn-2")
-    assert turn is not None and turn.body == {"mode": "essay"}, "body defaults to the last request's"
+    assert turn is not None and turn.body == {"mode": "essay"}, (
+        "body defaults to the last request's"
+    )
 
 
 async def test_continue_without_an_assistant_message_is_skipped(harness: Harness) -> None:

@@ -33,12 +33,22 @@ async def record(harness: Harness, conversation: str) -> list[WorkflowHistory]:
     """A conversation exercising every workflow path worth replaying."""
     model = harness.script(
         [
-            {"text": "Looking.", "tool_calls": [{"name": "get_weather", "input": {"city": "Nice"}}, {"name": "add", "input": {"a": 1, "b": 2}}]},
+            {
+                "text": "Looking.",
+                "tool_calls": [
+                    {"name": "get_weather", "input": {"city": "Nice"}},
+                    {"name": "add", "input": {"a": 1, "b": 2}},
+                ],
+            },
             {"text": "Done: {tool_results}."},
         ]
     )
     await harness.send(conversation, "weather?", model=model)
-    await harness.send(conversation, "bad tool", model=harness.script([{"tool_calls": [{"name": "nope", "input": {}}]}, {"text": "ok"}]))
+    await harness.send(
+        conversation,
+        "bad tool",
+        model=harness.script([{"tool_calls": [{"name": "nope", "input": {}}]}, {"text": "ok"}]),
+    )
     request = await harness.turns.continue_last_turn(conversation)
     await harness.turns.wait(conversation, request)
     await harness.send(conversation, "fails", model="nosuch:model")
@@ -63,5 +73,7 @@ async def test_recorded_histories_replay() -> None:
     files = sorted(HISTORIES.glob("*.json"))
     assert files, "recorded histories are missing"
     for path in files:
-        history = WorkflowHistory.from_json(path.stem.replace("__", "/"), json.loads(path.read_text()))
+        history = WorkflowHistory.from_json(
+            path.stem.replace("__", "/"), json.loads(path.read_text())
+        )
         await replayer().replay_workflow(history)

@@ -16,7 +16,9 @@ async def test_two_workers_share_a_burst_and_keep_turns_serial(harness: Harness)
     requests = []
     for conversation in conversations:
         for text in ("first", "second"):
-            requests.append((conversation, await harness.turns.submit(conversation, text, model=model)))
+            requests.append(
+                (conversation, await harness.turns.submit(conversation, text, model=model))
+            )
     results = await asyncio.wait_for(
         asyncio.gather(*(harness.turns.wait(c, r) for c, r in requests)), 120
     )
@@ -29,9 +31,16 @@ async def test_two_workers_share_a_burst_and_keep_turns_serial(harness: Harness)
         second = await harness.client.get_workflow_handle(f"{conversation}/turn-2").describe()
         assert first.close_time is not None and second.start_time >= first.close_time
         messages = await store.messages(conversation)
-        assert [m.text for m in messages] == ["first", "one two three four", "second", "one two three four"]
+        assert [m.text for m in messages] == [
+            "first",
+            "one two three four",
+            "second",
+            "one two three four",
+        ]
         for n in (1, 2):
-            history = await harness.client.get_workflow_handle(f"{conversation}/turn-{n}").fetch_history()
+            history = await harness.client.get_workflow_handle(
+                f"{conversation}/turn-{n}"
+            ).fetch_history()
             identities.update(
                 e.activity_task_started_event_attributes.identity
                 for e in history.events

@@ -28,7 +28,7 @@ async def test_multi_step_tool_loop(harness: Harness) -> None:
     assert result.status == "completed"
     assert result.steps == 2
     assert "forecast for Oslo" in result.text
-    [user, assistant] = await (await harness.store()).messages(harness.conv("c-multi"))
+    [_user, assistant] = await (await harness.store()).messages(harness.conv("c-multi"))
     calls = [p for p in assistant.parts if isinstance(p, ToolCallPart)]
     results = [p for p in assistant.parts if isinstance(p, ToolResultPart)]
     assert [c.tool_name for c in calls] == ["get_weather"]
@@ -43,7 +43,12 @@ async def test_parallel_tool_calls_run_as_parallel_activities(harness: Harness) 
     harness.start_worker()
     model = harness.script(
         [
-            {"tool_calls": [{"name": "slow", "input": {"seconds": 1}}, {"name": "slow", "input": {"seconds": 1}}]},
+            {
+                "tool_calls": [
+                    {"name": "slow", "input": {"seconds": 1}},
+                    {"name": "slow", "input": {"seconds": 1}},
+                ]
+            },
             {"text": "both done: {tool_results}"},
         ]
     )
@@ -73,7 +78,8 @@ async def test_turn_lock_serialises_turns(harness: Harness) -> None:
     first = await harness.turns.submit(harness.conv("c-lock"), "one", model=model)
     second = await harness.turns.submit(harness.conv("c-lock"), "two", model=model)
     r1, r2 = await asyncio.gather(
-        harness.turns.wait(harness.conv("c-lock"), first), harness.turns.wait(harness.conv("c-lock"), second)
+        harness.turns.wait(harness.conv("c-lock"), first),
+        harness.turns.wait(harness.conv("c-lock"), second),
     )
     assert (r1.turn_number, r2.turn_number) == (1, 2)
     d1 = await harness.client.get_workflow_handle(r1.workflow_id).describe()

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 from temporalio import workflow
-from temporalio.common import TypedSearchAttributes
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
@@ -119,8 +119,9 @@ class ConversationWorkflow:
             # handler is done. A request that arrives meanwhile is run first (an update
             # waiting for its turn would otherwise never finish).
             await workflow.wait_condition(
-                lambda: bool(self._queue)
-                or (workflow.all_handlers_finished() and not self._responses)
+                lambda: (
+                    bool(self._queue) or (workflow.all_handlers_finished() and not self._responses)
+                )
             )
             if not self._queue:
                 break
@@ -162,7 +163,10 @@ class ConversationWorkflow:
                 static_summary=_summary(number, conversation_id, model, continuation),
                 static_details=_details(request),
                 search_attributes=TypedSearchAttributes(
-                    [CONVERSATION_ID.value_set(conversation_id), TURN_STATUS.value_set("running")]
+                    [
+                        SearchAttributePair(CONVERSATION_ID, conversation_id),
+                        SearchAttributePair(TURN_STATUS, "running"),
+                    ]
                 ),
             )
             # only now does the turn exist for clients that look it up by number
@@ -252,7 +256,9 @@ class ConversationWorkflow:
             return
         body = req.body if req.body is not None else self._last_body
         self._queue.append(
-            PendingRequest(request_id=request_id, kind="continue", body=body, model=self._last_model)
+            PendingRequest(
+                request_id=request_id, kind="continue", body=body, model=self._last_model
+            )
         )
         self._records[request_id] = RequestRecord(request_id=request_id, kind="continue")
 
@@ -332,7 +338,9 @@ class ConversationWorkflow:
         request_id = given if isinstance(given, str) and given not in self._records else None
         request_id = request_id or f"rejected-{workflow.uuid4()}"
         error = ErrorInfo(type=error_type, message=message, stage="parse")
-        self._records[request_id] = RequestRecord(request_id=request_id, status="rejected", error=error)
+        self._records[request_id] = RequestRecord(
+            request_id=request_id, status="rejected", error=error
+        )
         self._trim()
         workflow.logger.warning("rejected request %s: %s", request_id, message)
         workflow.set_current_details(f"**rejected request** `{request_id}`: {message}")
@@ -376,5 +384,3 @@ def _details(request: PendingRequest) -> str:
     if request.body:
         lines.append("**body**: `" + json.dumps(request.body)[:500] + "`")
     return "\n\n".join(lines)[:20000]
-
-

@@ -114,7 +114,9 @@ class TurnWorkflow:
                 steps = step + 1
                 self._usage += summary.usage
                 if summary.outcome == "context_overflow":
-                    raise ApplicationError(summary.error or "context overflow", type="ContextOverflow")
+                    raise ApplicationError(
+                        summary.error or "context overflow", type="ContextOverflow"
+                    )
                 if not summary.tool_calls:
                     break
                 await self._tool_calls(ref, plan, summary)
@@ -146,7 +148,9 @@ class TurnWorkflow:
             summary=f"model step {step} · {plan.model}",
         )
 
-    async def _tool_calls(self, ref: TurnRef, plan: TurnPlan, summary: StepSummary) -> list[ToolOutcome]:
+    async def _tool_calls(
+        self, ref: TurnRef, plan: TurnPlan, summary: StepSummary
+    ) -> list[ToolOutcome]:
         self._status = f"tools of step {summary.step}"
         self._tools.extend(c.tool_name for c in summary.tool_calls)
         calls = [
@@ -166,7 +170,12 @@ class TurnWorkflow:
         return list(await asyncio.gather(*calls))
 
     async def _finish(
-        self, ref: TurnRef, plan: TurnPlan | None, steps: int, status: TurnStatus, continuation: bool
+        self,
+        ref: TurnRef,
+        plan: TurnPlan | None,
+        steps: int,
+        status: TurnStatus,
+        continuation: bool,
     ) -> TurnResult:
         self._status = status
         return await workflow.execute_activity(
@@ -179,7 +188,9 @@ class TurnWorkflow:
             summary=f"finish turn · {status}",
         )
 
-    async def _fail(self, ref: TurnRef, steps: int, continuation: bool, error: ErrorInfo) -> TurnResult:
+    async def _fail(
+        self, ref: TurnRef, steps: int, continuation: bool, error: ErrorInfo
+    ) -> TurnResult:
         self._status = "error"
         return await workflow.execute_activity(
             "fail_turn",
@@ -192,7 +203,12 @@ class TurnWorkflow:
         )
 
 
-_STAGES = {"begin_turn": "turn", "model_step": "stream", "tool_call": "tool", "finish_turn": "persist"}
+_STAGES = {
+    "begin_turn": "turn",
+    "model_step": "stream",
+    "tool_call": "tool",
+    "finish_turn": "persist",
+}
 
 
 def _error_info(err: ActivityError) -> ErrorInfo:
@@ -201,7 +217,9 @@ def _error_info(err: ActivityError) -> ErrorInfo:
     if isinstance(cause, ApplicationError):
         return ErrorInfo(type=cause.type or "ApplicationError", message=cause.message, stage=stage)
     message = str(cause) if cause is not None else str(err)
-    return ErrorInfo(type=type(cause).__name__ if cause else "ActivityError", message=message, stage=stage)
+    return ErrorInfo(
+        type=type(cause).__name__ if cause else "ActivityError", message=message, stage=stage
+    )
 
 
 def _should_stop(conditions: list[StopCondition], summary: StepSummary, steps: int) -> bool:
@@ -215,7 +233,9 @@ def _should_stop(conditions: list[StopCondition], summary: StepSummary, steps: i
 
 
 def _details(result: TurnResult) -> str:
-    lines = [f"**{result.status}** · {result.steps} step(s) · {result.usage.input_tokens} tokens in"]
+    lines = [
+        f"**{result.status}** · {result.steps} step(s) · {result.usage.input_tokens} tokens in"
+    ]
     if result.error:
         lines.append(f"error ({result.error.type}): {result.error.message}")
     return "\n\n".join(lines)

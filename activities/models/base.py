@@ -91,3 +91,4 @@ class ModelProvider(abc.ABC):
 
     async def aclose(self) -> None:
         """Release clients (HTTP connection pools)."""
+        return None

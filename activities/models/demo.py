@@ -5,9 +5,15 @@
 ``{"steps": [...]}``, or ``{"turns": [[...], [...]]}`` for one list per user turn). Each step
 may have:
 
-* ``text``: streamed word by word; ``{user}``, ``{tool_result}`` and ``{city}`` are filled in
+* ``text``: streamed word by word; ``{user}``, ``{tool_result}``, ``{tool_results}`` and
+  ``{city}`` are filled in, and ``{request.FIELD}`` with a field of the ``ModelRequest``
+  (``{request.temperature}``, ``{request.system}``, ``{request.tools}`` (names),
+  ``{request.message_count}``…; dicts and lists as JSON), so tests see what reached the model
 * ``reasoning``: streamed as reasoning deltas before the text
+* ``sources``: ``[{"url": ..., "title": ...}]`` streamed as source parts
+* ``raw``: a list of values streamed as raw chunks
 * ``tool_calls``: ``[{"name": ..., "input": {...}, "id": optional}]``
+* ``provider_metadata``, ``warnings``: reported with the step's finish
 * ``delay_ms``: pause before each chunk (lets tests crash a worker mid-stream)
 * ``stall_s`` (+ ``stall_after_chunks``): stop sending chunks for that long
 * ``error``: ``{"message": ..., "status": 529, "kind": "transient", "after_chunks": 0}``
@@ -32,8 +38,10 @@ from durable_turns.contract import CONTINUE_PROMPT
 from durable_turns.messages import (
     FinishChunk,
     Message,
+    RawChunk,
     ReasoningDelta,
     ReasoningEnd,
+    SourcePart,
     StepStartPart,
     StreamPart,
     TextDelta,
@@ -103,8 +111,10 @@ class DemoProvider(ModelProvider):
         turns = self._script(request.model)
         user_turn, position = _position(request.messages)
         steps = turns[min(user_turn, len(turns) - 1)]
-        step = steps[position] if position < len(steps) else {"text": "[demo script finished]"}
-        fills = _fills(request.messages)
+        step: dict[str, Any] = (
+            steps[position] if position < len(steps) else {"text": "[demo script finished]"}
+        )
+        fills = {**_fills(request.messages), **_request_fills(request)}
         applies = request.attempt <= int(step.get("attempts", 10**9))
         delay = float(step.get("delay_ms", 0)) / 1000
         error = step.get("error") if applies else None
@@ -116,6 +126,9 @@ class DemoProvider(ModelProvider):
         if step.get("reasoning"):
             chunks += [ReasoningDelta(text=w) for w in _WORDS.findall(step["reasoning"])]
             chunks.append(ReasoningEnd())
+        sources = step.get("sources", [])
+        chunks += [SourcePart(id=f"src_{i}", **src) for i, src in enumerate(sources)]
+        chunks += [RawChunk(value=v) for v in step.get("raw", [])]
         chunks += [TextDelta(text=w) for w in _WORDS.findall(_fill(step.get("text", ""), fills))]
         for i, call in enumerate(step.get("tool_calls", [])):
             call_id = call.get("id") or f"call_{len(request.messages)}_{position}_{i}"
@@ -150,12 +163,14 @@ class DemoProvider(ModelProvider):
             finish_reason="tool-calls" if has_calls else "stop",
             usage=usage,
             response={"model": f"demo:{request.model}", "scripted": True},
+            provider_metadata=step.get("provider_metadata"),
+            warnings=step.get("warnings", []),
         )
 
 
 def _error(spec: dict[str, Any]) -> ProviderError:
     status = spec.get("status")
-    kind = spec.get("kind") or ("transient" if status in (408, 409, 429, 529) else "fatal")
+    kind: Any = spec.get("kind") or ("transient" if status in (408, 409, 429, 529) else "fatal")
     if status and status >= 500 and "kind" not in spec:
         kind = "transient"
     return ProviderError(
@@ -186,7 +201,11 @@ def _position(messages: list[Message]) -> tuple[int, int]:
 def _fills(messages: list[Message]) -> dict[str, str]:
     user = next((m.text for m in reversed(messages) if _is_real_user(m)), "")
     results = [
-        p for m in messages if m.role == "assistant" for p in m.parts if isinstance(p, ToolResultPart)
+        p
+        for m in messages
+        if m.role == "assistant"
+        for p in m.parts
+        if isinstance(p, ToolResultPart)
     ]
     city = _CITY.search(user)
 
@@ -198,6 +217,17 @@ def _fills(messages: list[Message]) -> dict[str, str]:
         "city": city.group(1) if city else "Paris",
         "tool_result": show(results[-1].output) if results else "",
         "tool_results": "; ".join(show(r.output) for r in results[-4:]),
+    }
+
+
+def _request_fills(request: ModelRequest) -> dict[str, str]:
+    """``request.FIELD`` → the field as text (JSON for dicts and lists), for ``{request.…}``."""
+    data = request.model_dump(mode="json", exclude={"messages"})
+    data["tools"] = [t["name"] for t in data["tools"]]
+    data["message_count"] = len(request.messages)
+    return {
+        f"request.{k}": v if isinstance(v, str) else json.dumps(v, separators=(",", ":"))
+        for k, v in data.items()
     }
 
 

@@ -42,6 +42,10 @@ class StepRecord(BaseModel):
     response: dict[str, Any] = Field(default_factory=dict)
     warnings: list[str] = Field(default_factory=list)
     model: str = ""
+    active_tools: list[str] | None = None
+    """``before_step``'s tool restriction for this step: its calls may use only these."""
+    experimental_context: Any = None
+    """``before_step``'s context, in force from this step on; tools get it."""
 
 
 class ToolResultRecord(BaseModel):

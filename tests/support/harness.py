@@ -27,7 +27,7 @@ class WorkerProcess:
 
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
         self.log_path = log_path
-        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self._log = open(log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, str(ROOT / "worker.py")],
             cwd=ROOT,

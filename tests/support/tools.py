@@ -20,7 +20,12 @@ def _log(ctx: ToolContext, **extra: object) -> None:
     path = os.environ.get("TEST_TOOL_LOG")
     if path:
         with open(path, "a") as f:
-            f.write(json.dumps({"tool": ctx.tool_name, "id": ctx.tool_call_id, "attempt": ctx.attempt, **extra}) + "\n")
+            f.write(
+                json.dumps(
+                    {"tool": ctx.tool_name, "id": ctx.tool_call_id, "attempt": ctx.attempt, **extra}
+                )
+                + "\n"
+            )
 
 
 class SleepArgs(BaseModel):

@@ -1,0 +1,201 @@
+"""Calling the user's hooks, then the extensions, at each boundary of a turn.
+
+One place decides, per hook: whether it is called at all (a hook the subclass does not
+override and no extension subscribes to costs nothing, which matters for ``on_chunk``),
+how its return is validated, and what its failure means:
+
+* ``before_turn``/``before_step``/``on_step_finish`` raising fails the turn (``HookError``);
+* ``before_tool_call`` raising becomes a tool error (the caller handles it);
+* ``after_tool_call``/``on_chunk``/``on_chat_response`` raising is logged and ignored;
+* ``on_chat_error``/``classify_chat_error`` raising falls back to the default behaviour;
+* an extension raising or timing out is logged and ignored (``hooks.extensions``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from temporalio import activity
+
+from activities.errors import hook_failure
+from durable_turns.messages import StreamPart
+from hooks.base import TurnHooks, overrides
+from hooks.extensions import (
+    Extensions,
+    chunk_snapshot,
+    step_snapshot,
+    tool_call_snapshot,
+    tool_result_snapshot,
+    turn_snapshot,
+)
+from hooks.types import (
+    ChatErrorClassification,
+    ChatErrorContext,
+    ChatResponseResult,
+    ChunkContext,
+    PrepareStepContext,
+    StepConfig,
+    StepResult,
+    ToolCallContext,
+    ToolCallDecision,
+    ToolCallResultContext,
+    TurnConfig,
+    TurnContext,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+HOOKS = (
+    "before_turn",
+    "before_step",
+    "before_tool_call",
+    "after_tool_call",
+    "on_step_finish",
+    "on_chunk",
+    "on_chat_response",
+    "on_chat_error",
+    "classify_chat_error",
+)
+CHUNK_TYPES = frozenset(
+    {
+        "text-delta",
+        "reasoning-delta",
+        "source",
+        "tool-call",
+        "tool-input-start",
+        "tool-input-delta",
+        "tool-result",
+        "raw",
+    }
+)
+"""What ``on_chunk`` sees (Think's list): not ``reasoning-end`` nor ``finish``."""
+
+OnChunk = Callable[[StreamPart], Awaitable[None]]
+
+
+async def call_hook(value: Any) -> Any:
+    """Hooks may be sync or async: await what needs awaiting."""
+    if inspect.isawaitable(value):
+        return await value
+    return value
+
+
+def _validated(model: type[M], value: Any) -> M:
+    return value if isinstance(value, model) else model.model_validate(value or {})
+
+
+class Lifecycle:
+    """The hooks of one worker and its extensions, called the way the contract says."""
+
+    def __init__(self, hooks: TurnHooks, extensions: Sequence[Any] | None = None) -> None:
+        self.hooks = hooks
+        self.extensions = Extensions(hooks.extensions if extensions is None else extensions)
+        self._overridden = frozenset(n for n in HOOKS if overrides(hooks, n))
+
+    def overrides(self, hook: str) -> bool:
+        return hook in self._overridden
+
+    # --- begin / steps -----------------------------------------------------------------------
+
+    async def before_turn(self, ctx: TurnContext) -> TurnConfig:
+        """The subclass's config, then each extension's scalar overrides."""
+        try:
+            config = _validated(TurnConfig, await call_hook(self.hooks.before_turn(ctx)))
+        except Exception as e:
+            raise hook_failure("before_turn", e) from e
+        if self.extensions.subscribed("before_turn"):
+            config = await self.extensions.before_turn(turn_snapshot(ctx, config), config)
+        return config
+
+    async def before_step(self, ctx: PrepareStepContext) -> StepConfig:
+        if not self.overrides("before_step"):
+            return StepConfig()
+        try:
+            return _validated(StepConfig, await call_hook(self.hooks.before_step(ctx)))
+        except Exception as e:
+            raise hook_failure("before_step", e) from e
+
+    async def on_step_finish(self, step: StepResult) -> None:
+        if self.overrides("on_step_finish"):
+            try:
+                await call_hook(self.hooks.on_step_finish(step))
+            except Exception as e:
+                raise hook_failure("on_step_finish", e) from e
+        if self.extensions.subscribed("on_step_finish"):
+            await self.extensions.notify("on_step_finish", step_snapshot(step))
+
+    def chunk_handler(
+        self, step: int, request_id: str, send_reasoning: bool = True
+    ) -> OnChunk | None:
+        """The per-chunk observer of a step, or None when nobody listens (the hot path)."""
+        hook = self.overrides("on_chunk")
+        extensions = self.extensions.subscribed("on_chunk")
+        if not (hook or extensions):
+            return None
+        types = CHUNK_TYPES if send_reasoning else CHUNK_TYPES - {"reasoning-delta"}
+        on_chunk = self.hooks.on_chunk
+
+        async def observe(chunk: StreamPart) -> None:
+            if chunk.type not in types:
+                return
+            if hook:
+                try:
+                    await call_hook(on_chunk(ChunkContext(chunk, step, request_id)))
+                except Exception as e:
+                    activity.logger.warning("on_chunk raised %r (ignored: it is observational)", e)
+            if extensions:
+                await self.extensions.notify("on_chunk", chunk_snapshot(chunk))
+
+        return observe
+
+    # --- tools -------------------------------------------------------------------------------
+
+    async def before_tool_call(self, ctx: ToolCallContext) -> ToolCallDecision | None:
+        """The subclass's decision (None: allow). Raises what the hook raises."""
+        if not self.overrides("before_tool_call"):
+            return None
+        returned = await call_hook(self.hooks.before_tool_call(ctx))
+        return None if returned is None else _validated(ToolCallDecision, returned)
+
+    async def tool_call_decided(self, ctx: ToolCallContext, input: Any) -> None:
+        """The extensions' ``before_tool_call``: after the decision, with the input used."""
+        if self.extensions.subscribed("before_tool_call"):
+            await self.extensions.notify("before_tool_call", tool_call_snapshot(ctx, input))
+
+    async def after_tool_call(self, ctx: ToolCallResultContext) -> None:
+        if self.overrides("after_tool_call"):
+            try:
+                await call_hook(self.hooks.after_tool_call(ctx))
+            except Exception as e:
+                activity.logger.warning("after_tool_call raised %r (the result is kept)", e)
+        if self.extensions.subscribed("after_tool_call"):
+            await self.extensions.notify("after_tool_call", tool_result_snapshot(ctx))
+
+    # --- the end -----------------------------------------------------------------------------
+
+    async def on_chat_response(self, result: ChatResponseResult) -> None:
+        try:
+            await call_hook(self.hooks.on_chat_response(result))
+        except Exception as e:
+            activity.logger.warning("on_chat_response raised %r (the turn stands)", e)
+
+    async def on_chat_error(self, error: Exception, ctx: ChatErrorContext) -> str:
+        """The error message the caller sees."""
+        try:
+            shown = await call_hook(self.hooks.on_chat_error(error, ctx))
+        except Exception as e:
+            activity.logger.warning("on_chat_error raised %r; the original error is shown", e)
+            return str(error)
+        return str(shown) if shown is not None else str(error)
+
+    async def classify(
+        self, error: Exception | str, ctx: ChatErrorContext
+    ) -> ChatErrorClassification | None:
+        try:
+            return await call_hook(self.hooks.classify_chat_error(error, ctx))
+        except Exception as e:  # a classifier that raises means "not an overflow"
+            activity.logger.warning("classify_chat_error raised %r", e)
+            return None

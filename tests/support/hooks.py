@@ -1,0 +1,345 @@
+"""Hooks, extensions, tools and a transform for the hook tests' worker processes.
+
+Every hook call is appended as one JSON line to the file named by ``TEST_HOOK_LOG`` (the
+harness sets it; ``harness.hook_calls()`` reads it). What the hooks *decide* comes from the
+request's body, so one class serves every test:
+
+* ``turn_config``: what ``before_turn`` returns; ``big_override``: N characters of
+  ``messages`` override; ``raise_in``: ``"before_turn"`` raises there;
+* ``step_configs``: ``{"<step>": StepConfig as JSON}`` for ``before_step``;
+* ``tool_decisions``: ``{"<tool>": ToolCallDecision as JSON, or "raise"}``;
+* ``follow_up``: ``{"text": ..., "model": ...}``: ``on_chat_response`` submits it as a new
+  request to the same conversation (through a Temporal client, as an app would).
+
+Load it as hooks (``TURNS_HOOKS=tests.support.hooks:RecordingHooks``) and as tools
+(``TURNS_TOOLS=tests.support.tools,tests.support.hooks``) for the ``note``/``secret`` tools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import BaseModel
+
+from activities.transforms import stream_transform
+from durable_turns.messages import Message, StreamPart, TextDelta, TextPart
+from durable_turns.tools import ToolContext, tool
+from hooks import (
+    ChatErrorContext,
+    ChatResponseResult,
+    ChunkContext,
+    ContextOverflowConfig,
+    Extension,
+    PrepareStepContext,
+    Session,
+    StepContext,
+    ToolCallContext,
+    ToolCallResultContext,
+    TurnContext,
+    TurnHooks,
+    default_context_overflow_classifier,
+)
+
+
+def record(hook: str, **fields: Any) -> None:
+    path = os.environ.get("TEST_HOOK_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"hook": hook, **fields}, default=str) + "\n")
+
+
+class RecordingHooks(TurnHooks):
+    """Records every hook; decides what the request's body says."""
+
+    context_overflow = ContextOverflowConfig(reactive=True)
+
+    def configure_session(self, session: Session) -> Session:
+        record("configure_session", pid=os.getpid())
+        if os.environ.get("TEST_SESSION") == "blocks":
+            session.with_context("soul", "You are a test agent.")
+            session.with_context("memory", _memory, description="learned facts")
+            session.with_cached_prompt()
+        return session
+
+    async def before_turn(self, ctx: TurnContext) -> Any:
+        record(
+            "before_turn",
+            request_id=ctx.request_id,
+            continuation=ctx.continuation,
+            turn_number=ctx.turn_number,
+            model=ctx.model,
+            system=ctx.system,
+            tools=[t.name for t in ctx.tools],
+            message_count=len(ctx.messages),
+            cancelled=ctx.is_cancelled(),
+        )
+        if ctx.body.get("raise_in") == "before_turn":
+            raise RuntimeError("before_turn exploded")
+        config = dict(ctx.body.get("turn_config") or {})
+        if ctx.body.get("big_override"):
+            text = "x" * int(ctx.body["big_override"])
+            config["messages"] = [Message(role="user", parts=[TextPart(text=text)])]
+        return config or None
+
+    def before_step(self, ctx: PrepareStepContext) -> Any:  # sync on purpose
+        record(
+            "before_step",
+            step=ctx.step_number,
+            model=ctx.model,
+            steps=[s.step_number for s in ctx.steps],
+            message_count=len(ctx.messages),
+            experimental_context=ctx.experimental_context,
+            request_id=ctx.request_id,
+        )
+        return (ctx.body.get("step_configs") or {}).get(str(ctx.step_number))
+
+    async def before_tool_call(self, ctx: ToolCallContext) -> Any:
+        record(
+            "before_tool_call",
+            id=ctx.tool_call_id,
+            tool=ctx.tool_name,
+            input=ctx.input,
+            step=ctx.step_number,
+            message_count=len(ctx.messages),
+        )
+        decision = (ctx.body.get("tool_decisions") or {}).get(ctx.tool_name)
+        if decision == "raise":
+            raise PermissionError("no tools today")
+        return decision
+
+    async def after_tool_call(self, ctx: ToolCallResultContext) -> None:
+        record(
+            "after_tool_call",
+            id=ctx.tool_call_id,
+            tool=ctx.tool_name,
+            input=ctx.input,
+            step=ctx.step_number,
+            success=ctx.success,
+            output=ctx.output,
+            error=ctx.error,
+            duration_ms=ctx.duration_ms,
+        )
+
+    async def on_step_finish(self, ctx: StepContext) -> None:
+        record(
+            "on_step_finish",
+            step=ctx.step_number,
+            text=ctx.text,
+            reasoning=ctx.reasoning_text,
+            tool_calls=[c.tool_name for c in ctx.tool_calls],
+            tool_results=[r.output for r in ctx.tool_results],
+            finish_reason=ctx.finish_reason,
+            usage=ctx.usage.model_dump(),
+            provider_metadata=ctx.provider_metadata,
+            warnings=ctx.warnings,
+            response=ctx.response,
+        )
+
+    async def on_chunk(self, ctx: ChunkContext) -> None:
+        chunk = ctx.chunk
+        record(
+            "on_chunk",
+            type=chunk.type,
+            step=ctx.step_number,
+            id=getattr(chunk, "tool_call_id", None),
+            text=getattr(chunk, "text", None),
+            preliminary=getattr(chunk, "preliminary", None),
+            output=getattr(chunk, "output", None),
+        )
+
+    async def on_chat_response(self, result: ChatResponseResult) -> None:
+        record(
+            "on_chat_response",
+            request_id=result.request_id,
+            continuation=result.continuation,
+            status=result.status,
+            error=result.error,
+            turn_number=result.turn_number,
+            message_id=result.message.id,
+            message_text=result.message.text,
+        )
+        follow_up = result.body.get("follow_up")
+        if follow_up and result.status == "completed":
+            await _submit(result.conversation_id, follow_up["text"], follow_up.get("model"))
+
+    async def on_chat_error(self, error: Exception, ctx: ChatErrorContext) -> Exception:
+        record(
+            "on_chat_error",
+            error=str(error),
+            type=getattr(error, "type", None),
+            stage=ctx.stage,
+            messages_persisted=ctx.messages_persisted,
+            classification=ctx.classification,
+            request_id=ctx.request_id,
+        )
+        return RuntimeError(f"Sorry, that failed ({ctx.stage}): {error}")
+
+    async def classify_chat_error(self, error: Exception | str, ctx: ChatErrorContext) -> Any:
+        record("classify_chat_error", error=str(error), stage=ctx.stage)
+        return default_context_overflow_classifier(error)
+
+
+async def _memory() -> str:
+    return "The user likes tea."
+
+
+async def _submit(conversation_id: str, text: str, model: str | None) -> None:
+    from durable_turns.client import TurnsClient
+
+    turns = await TurnsClient.connect()
+    try:
+        await turns.submit(conversation_id, text, model=model)
+    finally:
+        await turns.aclose()
+
+
+# --- extensions ------------------------------------------------------------------------------
+
+
+class RecordingExtension(Extension):
+    """Records the snapshots it is given."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def before_turn(self, snapshot: dict[str, Any]) -> None:
+        record("ext", ext=self.name, on="before_turn", snapshot=snapshot)
+
+    async def before_tool_call(self, snapshot: dict[str, Any]) -> None:
+        record("ext", ext=self.name, on="before_tool_call", snapshot=snapshot)
+
+    async def after_tool_call(self, snapshot: dict[str, Any]) -> None:
+        record("ext", ext=self.name, on="after_tool_call", snapshot=snapshot)
+
+    def on_step_finish(self, snapshot: dict[str, Any]) -> None:  # sync on purpose
+        record("ext", ext=self.name, on="on_step_finish", snapshot=snapshot)
+
+    async def on_chunk(self, snapshot: dict[str, Any]) -> None:
+        record("ext", ext=self.name, on="on_chunk", snapshot=snapshot)
+
+
+class BrokenExtension(Extension):
+    name = "broken"
+
+    async def before_turn(self, snapshot: dict[str, Any]) -> None:
+        raise RuntimeError("broken extension")
+
+    def after_tool_call(self, snapshot: dict[str, Any]) -> None:
+        raise RuntimeError("broken extension")
+
+    async def on_chunk(self, snapshot: dict[str, Any]) -> None:
+        raise RuntimeError("broken extension")
+
+
+class SlowExtension(Extension):
+    name = "slow"
+    timeout_s = 0.5
+
+    async def before_turn(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(30)
+        return {"temperature": 1.9}
+
+
+class TuningExtension(Extension):
+    """Returns overrides: scalars replace, headers merge, the model is ignored."""
+
+    name = "tuning"
+
+    async def before_turn(self, snapshot: dict[str, Any]) -> dict[str, Any]:
+        record("ext", ext=self.name, on="before_turn", snapshot=snapshot)
+        return {
+            "temperature": 0.25,
+            "system": snapshot["system"] + " [tuned]",
+            "headers": {"x-ext": "1"},
+            "model": "demo:echo",
+        }
+
+
+class ExtendedHooks(RecordingHooks):
+    extensions = (
+        RecordingExtension("first"),
+        BrokenExtension(),
+        SlowExtension(),
+        TuningExtension(),
+        RecordingExtension("last"),
+    )
+
+
+# --- tools and a transform ---------------------------------------------------------------------
+
+
+class NoteArgs(BaseModel):
+    text: str = ""
+    limit: int = 10
+
+
+@tool
+async def note(args: NoteArgs, ctx: ToolContext) -> str:
+    """Record a note (in the hook log, so its place among the hooks is visible)."""
+    record(
+        "tool",
+        id=ctx.tool_call_id,
+        text=args.text,
+        limit=args.limit,
+        experimental_context=ctx.experimental_context,
+    )
+    return f"noted {args.text} (limit {args.limit})"
+
+
+@tool(default=False)
+async def secret(args: NoteArgs, ctx: ToolContext) -> str:
+    """Only offered when a turn's config names it."""
+    record("tool", id=ctx.tool_call_id, tool="secret")
+    return "the secret is 42"
+
+
+@tool
+async def ticker(args: NoteArgs, ctx: ToolContext) -> AsyncIterator[str]:
+    """A streaming tool: three preliminary values, the last is the output."""
+    for i in range(1, 4):
+        yield f"tick {i}"
+
+
+@stream_transform("test-double")
+def double(part: StreamPart) -> StreamPart | list[StreamPart]:
+    """Each text delta twice (a transform may return a list)."""
+    if isinstance(part, TextDelta):
+        return [part, part]
+    return part
+
+
+# --- test-side helpers -------------------------------------------------------------------------
+
+HOOK_TOOLS = "tests.support.tools,tests.support.hooks"
+
+
+def start_worker(harness: Any, hooks: str = "RecordingHooks", **env: str) -> Any:
+    """A worker running ``tests.support.hooks:<hooks>`` with the test tools and these tools."""
+    env.setdefault("TURNS_TOOLS", HOOK_TOOLS)
+    return harness.start_worker(TURNS_HOOKS=f"tests.support.hooks:{hooks}", **env)
+
+
+async def wait_for_hook(
+    harness: Any, hook: str, within_s: float = 30, **match: Any
+) -> dict[str, Any]:
+    """The first recorded call of ``hook`` whose fields include ``match`` (polls the log)."""
+    deadline = asyncio.get_running_loop().time() + within_s
+    while True:
+        for call in harness.hook_calls():
+            if call["hook"] == hook and all(call.get(k) == v for k, v in match.items()):
+                return call
+        if asyncio.get_running_loop().time() > deadline:
+            raise TimeoutError(f"no {hook} call matching {match}: {harness.hook_calls()[-5:]}")
+        await asyncio.sleep(0.05)
+
+
+def calls(harness: Any, hook: str, **match: Any) -> list[dict[str, Any]]:
+    return [
+        c
+        for c in harness.hook_calls()
+        if c["hook"] == hook and all(c.get(k) == v for k, v in match.items())
+    ]
