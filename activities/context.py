@@ -6,6 +6,7 @@ independent of conversation size: activities receive ids, never the context.
 
 from __future__ import annotations
 
+from activities.compaction import apply_compaction
 from activities.store import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
 from durable_turns.contract import CONTINUE_PROMPT
 from durable_turns.messages import (
@@ -122,7 +123,8 @@ async def base_messages(store: TranscriptStore, turn: TurnRecord) -> list[Messag
         messages = list(config.messages)
     else:
         own = assistant_message_id(turn.turn_id)
-        messages = [m for m in await store.messages(turn.conversation_id) if m.id != own]
+        stored = [m for m in await store.messages(turn.conversation_id) if m.id != own]
+        messages = apply_compaction(stored)
     if turn.continuation and messages and messages[-1].role == "assistant":
         messages.append(continue_prompt(turn.turn_id))
     return messages

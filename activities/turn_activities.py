@@ -18,6 +18,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import compaction
 from activities import context as ctx_build
 from activities.errors import INVALID_MODEL, INVALID_REQUEST, STREAM_STALLED, provider_failure
 from activities.lifecycle import Lifecycle, OnChunk
@@ -32,6 +33,8 @@ from durable_turns.config import Settings
 from durable_turns.contract import (
     BeginTurnInput,
     ChatResponseInput,
+    CompactInput,
+    CompactResult,
     ErrorInfo,
     FailTurnInput,
     FinishTurnInput,
@@ -136,6 +139,7 @@ class TurnActivities:
             self.finish_turn,
             self.fail_turn,
             self.chat_response,
+            self.compact,
         ]
 
     @property
@@ -214,6 +218,7 @@ class TurnActivities:
                 turn.status = "skipped"
                 await self.store.save_turn(turn)
                 return TurnPlan(model=model, max_steps=0, skip=True)
+            await self._compact_after(turn, model)
             config = await self.lifecycle.before_turn(await self._turn_context(turn, model))
         model = config.model or model
         self._check(config, model)
@@ -223,8 +228,43 @@ class TurnActivities:
         await self.store.save_turn(turn)
         return self._plan(config, model, inp)
 
+    async def _compact_after(self, turn: TurnRecord, model: str) -> None:
+        """``compact_after(tokens)``: compact between turns once the context passed it."""
+        session = await self.session()
+        context = await ctx_build.base_messages(self.store, turn)
+        if session.needs_compaction(context):
+            await self._store_compaction(
+                turn, context, model, f"{turn.turn_id}/compaction-before", "compact_after"
+            )
+
+    async def _store_compaction(
+        self, turn: TurnRecord, context: list[Message], model: str, summary_id: str, reason: str
+    ) -> CompactResult:
+        summary, result = await compaction.compact(
+            context,
+            session=await self.session(),
+            models=self.models,
+            model=model,
+            summary_id=summary_id,
+            reason=reason,
+        )
+        if summary is not None:
+            await self.store.add_messages(turn.conversation_id, [summary], turn.turn_id)
+        return result
+
+    @activity.defn(name="compact")
+    async def compact(self, inp: CompactInput) -> CompactResult:
+        """Fold older messages into a summary (the transcript itself is kept whole)."""
+        turn = await self._turn(inp.turn)
+        async with keep_alive(self._beat_every):
+            context = await ctx_build.base_messages(self.store, turn)
+            summary_id = f"{turn.turn_id}/compaction-{turn.run}-{inp.reason}-{inp.number}"
+            return await self._store_compaction(turn, context, inp.model, summary_id, inp.reason)
+
     async def _can_continue(self, conversation_id: str) -> bool:
-        transcript = await self.store.messages(conversation_id)
+        transcript = [
+            m for m in await self.store.messages(conversation_id) if not compaction.is_compaction(m)
+        ]
         return bool(transcript) and transcript[-1].role == "assistant"
 
     async def _turn_context(self, turn: TurnRecord, model: str) -> TurnContext:
@@ -251,6 +291,7 @@ class TurnActivities:
             raise ApplicationError(str(e), type=INVALID_REQUEST, non_retryable=True) from e
 
     def _plan(self, config: TurnConfig, model: str, inp: BeginTurnInput) -> TurnPlan:
+        overflow = self.hooks.context_overflow
         total_ms = config.timeout.total_ms if config.timeout else None
         retries = config.max_retries
         return TurnPlan(
@@ -261,6 +302,13 @@ class TurnActivities:
             max_retries=self.settings.model_retries if retries is None else retries,
             step_timeout_s=total_ms / 1000 if total_ms else self.settings.step_timeout_s,
             heartbeat_timeout_s=self.settings.heartbeat_timeout_s,
+            overflow_retries=overflow.max_retries if overflow.reactive else 0,
+            compact_at_tokens=(
+                int(overflow.max_input_tokens * overflow.headroom)
+                if overflow.max_input_tokens
+                else None
+            ),
+            max_compactions=max(overflow.max_compactions, 1),
         )
 
     def _stall_ms(self, config: TurnConfig) -> int:

@@ -210,6 +210,11 @@ class TurnPlan(_Wire):
     heartbeat_timeout_s: float = 30.0
     skip: bool = False
     """True when there is nothing to do (a continuation with no assistant message to continue)."""
+    overflow_retries: int = 0
+    """Reactive compact-and-retry: how often a context overflow re-runs the turn (0: off)."""
+    compact_at_tokens: int | None = None
+    """Proactive: compact before the next step once a step's input tokens reach this."""
+    max_compactions: int = 1
 
 
 class ModelStepInput(_Wire):
@@ -265,6 +270,22 @@ class FailTurnInput(_Wire):
     steps: int
     error: ErrorInfo
     continuation: bool = False
+
+
+class CompactInput(_Wire):
+    turn: TurnRef
+    model: str
+    reason: Literal["overflow", "proactive"] = "overflow"
+    number: int = 0
+    """Compactions of this turn so far (keys the stored summary)."""
+
+
+class CompactResult(_Wire):
+    shortened: bool
+    tokens_before: int
+    tokens_after: int
+    folded: int = 0
+    reason: str = ""
 
 
 class ChatResponseInput(_Wire):

@@ -21,6 +21,8 @@ with workflow.unsafe.imports_passed_through():
         TURN_WORKFLOW,
         BeginTurnInput,
         ChatResponseInput,
+        CompactInput,
+        CompactResult,
         ErrorInfo,
         FailTurnInput,
         FinishTurnInput,
@@ -84,45 +86,26 @@ class TurnWorkflow:
         steps = 0
         plan: TurnPlan | None = None
         try:
-            self._status = "beginning"
-            plan = await workflow.execute_activity(
-                "begin_turn",
-                BeginTurnInput(
-                    turn=ref,
-                    new_messages=inp.new_messages,
-                    continuation=inp.continuation,
-                    body=inp.body,
-                    model=inp.model,
-                    max_steps=inp.max_steps,
-                ),
-                result_type=TurnPlan,
-                start_to_close_timeout=options.SHORT,
-                heartbeat_timeout=options.BEGIN_HEARTBEAT,
-                retry_policy=options.BOOKKEEPING_RETRY,
-                summary="begin turn" + (" (continuation)" if inp.continuation else ""),
-            )
-            if plan.skip:
-                self._status = "skipped"
-                return await self._finish(ref, plan, 0, "skipped", inp.continuation)
-            self._model = plan.model
-            workflow.upsert_search_attributes([TURN_MODEL.value_set(plan.model)])
-            for step in range(plan.max_steps):
-                self._step = step
-                self._status = f"model step {step}"
-                workflow.set_current_details(f"**step {step}** · `{plan.model}` · running")
-                summary = await self._model_step(ref, plan, step)
-                steps = step + 1
-                self._usage += summary.usage
-                if summary.outcome == "context_overflow":
+            run = 0
+            while True:
+                plan = await self._begin(inp, ref, run)
+                if plan.skip:
+                    self._status = "skipped"
+                    return await self._finish(ref, plan, 0, "skipped", inp.continuation)
+                steps, overflow = await self._steps(ref, plan)
+                if overflow is None:
+                    return await self._finish(ref, plan, steps, "completed", inp.continuation)
+                # Context overflow: compact, then re-run the turn from before_turn.
+                if run >= plan.overflow_retries:
+                    raise ApplicationError(overflow, type="ContextOverflow")
+                compacted = await self._compact(ref, plan, "overflow", run)
+                if not compacted.shortened:
                     raise ApplicationError(
-                        summary.error or "context overflow", type="ContextOverflow"
+                        f"{overflow} (compaction did not shorten the context:"
+                        f" {compacted.tokens_before} → {compacted.tokens_after} tokens)",
+                        type="ContextOverflow",
                     )
-                if not summary.tool_calls:
-                    break
-                await self._tool_calls(ref, plan, summary)
-                if _should_stop(plan.stop_when, summary, steps):
-                    break
-            return await self._finish(ref, plan, steps, "completed", inp.continuation)
+                run += 1
         except asyncio.CancelledError:
             self._status = "aborted"
             return await self._finish(ref, plan, steps, "aborted", inp.continuation)
@@ -136,6 +119,75 @@ class TurnWorkflow:
             if err.type == "ContextOverflow":
                 info.classification = "context_overflow"
             return await self._fail(ref, steps, inp.continuation, info)
+
+    async def _begin(self, inp: TurnInput, ref: TurnRef, run: int) -> TurnPlan:
+        self._status = "beginning"
+        plan = await workflow.execute_activity(
+            "begin_turn",
+            BeginTurnInput(
+                turn=ref,
+                new_messages=inp.new_messages,
+                continuation=inp.continuation,
+                body=inp.body,
+                model=inp.model,
+                max_steps=inp.max_steps,
+                attempt=run,
+            ),
+            result_type=TurnPlan,
+            start_to_close_timeout=options.SHORT,
+            heartbeat_timeout=options.BEGIN_HEARTBEAT,
+            retry_policy=options.BOOKKEEPING_RETRY,
+            summary="begin turn"
+            + (" (continuation)" if inp.continuation else "")
+            + (f" · re-run {run} after compaction" if run else ""),
+        )
+        if not plan.skip:
+            self._model = plan.model
+            workflow.upsert_search_attributes([TURN_MODEL.value_set(plan.model)])
+        return plan
+
+    async def _steps(self, ref: TurnRef, plan: TurnPlan) -> tuple[int, str | None]:
+        """The step loop: (steps taken, the overflow error if a step overflowed)."""
+        steps = compactions = 0
+        last: StepSummary | None = None
+        for step in range(plan.max_steps):
+            if (
+                last is not None
+                and plan.compact_at_tokens is not None
+                and last.usage.input_tokens >= plan.compact_at_tokens
+                and compactions < plan.max_compactions
+            ):
+                await self._compact(ref, plan, "proactive", compactions, last.usage.input_tokens)
+                compactions += 1
+            self._step = step
+            self._status = f"model step {step}"
+            workflow.set_current_details(f"**step {step}** · `{plan.model}` · running")
+            last = await self._model_step(ref, plan, step)
+            steps = step + 1
+            self._usage += last.usage
+            if last.outcome == "context_overflow":
+                return steps, last.error or "context overflow"
+            if not last.tool_calls:
+                break
+            await self._tool_calls(ref, plan, last)
+            if _should_stop(plan.stop_when, last, steps):
+                break
+        return steps, None
+
+    async def _compact(
+        self, ref: TurnRef, plan: TurnPlan, reason: str, number: int, tokens: int = 0
+    ) -> CompactResult:
+        self._status = f"compacting ({reason})"
+        at = f" at {tokens / 1000:.1f}k tokens" if tokens else ""
+        return await workflow.execute_activity(
+            "compact",
+            CompactInput(turn=ref, model=plan.model, reason=reason, number=number),  # type: ignore[arg-type]
+            result_type=CompactResult,
+            start_to_close_timeout=timedelta(seconds=plan.step_timeout_s),
+            heartbeat_timeout=options.heartbeat(plan),
+            retry_policy=options.model_retry(plan),
+            summary=f"compact: {reason}{at}",
+        )
 
     async def _model_step(self, ref: TurnRef, plan: TurnPlan, step: int) -> StepSummary:
         return await workflow.execute_activity(

@@ -17,7 +17,8 @@ may have:
 * ``delay_ms``: pause before each chunk (lets tests crash a worker mid-stream)
 * ``stall_s`` (+ ``stall_after_chunks``): stop sending chunks for that long
 * ``error``: ``{"message": ..., "status": 529, "kind": "transient", "after_chunks": 0}``
-* ``attempts``: the stall or error applies only to activity attempts up to this number
+* ``attempts``: the stall or error applies only to activity attempts up to this number;
+  an error with ``if_input_tokens_over: N`` applies only while the prompt is over N tokens
 * ``usage``: ``{"input_tokens": ...}`` overrides the estimated usage
 
 Which step plays is the number of model steps already taken since the last user message,
@@ -118,6 +119,9 @@ class DemoProvider(ModelProvider):
         applies = request.attempt <= int(step.get("attempts", 10**9))
         delay = float(step.get("delay_ms", 0)) / 1000
         error = step.get("error") if applies else None
+        if error and "if_input_tokens_over" in error:  # an overflow only a big context hits
+            if self.count_tokens(request.system, request.messages) <= error["if_input_tokens_over"]:
+                error = None
         stall_s = float(step.get("stall_s", 0)) if applies else 0.0
         stall_at = int(step.get("stall_after_chunks", 0))
         error_at = int((error or {}).get("after_chunks", 0))

@@ -1,0 +1,37 @@
+"""Hooks with context-overflow recovery on and a summariser that says what it folded.
+
+``TEST_OVERFLOW=reactive`` (default), ``proactive:<max input tokens>`` or
+``compact_after:<tokens>`` choose the mode; every compaction is logged to TEST_HOOK_LOG.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from durable_turns.messages import Message
+from hooks import ContextOverflowConfig, Session, TurnHooks
+
+MODE, _, VALUE = os.environ.get("TEST_OVERFLOW", "reactive").partition(":")
+
+
+def summarise(messages: list[Message]) -> str:
+    path = os.environ.get("TEST_HOOK_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps({"hook": "on_compaction", "folded": len(messages)}) + "\n")
+    return f"(summary of {len(messages)} earlier messages)"
+
+
+class CompactingHooks(TurnHooks):
+    context_overflow = ContextOverflowConfig(
+        reactive=MODE == "reactive",
+        max_retries=1,
+        max_input_tokens=int(VALUE) if MODE == "proactive" else None,
+    )
+
+    def configure_session(self, session: Session) -> Session:
+        session.on_compaction(summarise)
+        if MODE == "compact_after":
+            session.compact_after(int(VALUE))
+        return session
