@@ -357,7 +357,15 @@ class TurnActivities:
                 if activity.info().attempt > 1:  # readers drop what earlier attempts streamed
                     await publisher.reset(activity.info().attempt, reason="retry")
                 await publisher.step_start(inp.step, {"model": model})
-            snapshot = await self._stream(provider, request, config, inp, publisher)
+            partial = StepSnapshot()
+            try:
+                snapshot = await self._stream(provider, request, config, inp, publisher, partial)
+            except asyncio.CancelledError:  # cancelChat: keep what was streamed so far
+                if partial.parts:
+                    aborted = _record(inp.step, turn.run, model, partial)
+                    aborted.raw_finish_reason = "aborted"
+                    await self.store.save_step(turn.turn_id, aborted)
+                raise
             if isinstance(snapshot, StepSummary):
                 return snapshot
             record = _record(inp.step, turn.run, model, snapshot)
@@ -409,6 +417,7 @@ class TurnActivities:
         config: TurnConfig,
         inp: ModelStepInput,
         publisher: ChunkPublisher | None,
+        snapshot: StepSnapshot,
     ) -> StepSnapshot | StepSummary:
         """The step's stream, transformed, observed and published; a summary for a context
         overflow. With ``send_reasoning`` off, reasoning reaches neither the hooks nor the
@@ -430,6 +439,7 @@ class TurnActivities:
                 heartbeat_every_s=self._beat_every,
                 on_chunk=on_chunk,
                 sink=sink,
+                snapshot=snapshot,
             )
         except StreamStalled as e:
             raise ApplicationError(str(e), type=STREAM_STALLED) from e

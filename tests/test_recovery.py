@@ -179,7 +179,7 @@ async def test_cancel_a_queued_request_it_never_runs(harness: Harness) -> None:
 
 
 async def test_cancel_the_running_turn(harness: Harness) -> None:
-    harness.start_worker()
+    harness.start_worker(TURNS_HOOKS="tests.support.hooks:RecordingHooks")
     slow = harness.script([{"text": " ".join(["word"] * 60), "delay_ms": 100}])
     conversation = harness.conv("cancel-running")
     request = await harness.turns.submit(conversation, "go", model=slow)
@@ -188,6 +188,16 @@ async def test_cancel_the_running_turn(harness: Harness) -> None:
     await harness.turns.cancel(conversation)
     result = await asyncio.wait_for(harness.turns.wait(conversation, request), 30)
     assert result.status == "aborted"
+    # the partial assistant message is persisted, marked aborted
+    [user, partial] = await (await harness.store()).messages(conversation)
+    assert partial.metadata["status"] == "aborted"
+    assert 0 < len(partial.text.split()) < 60 and set(partial.text.split()) == {"word"}
+    assert result.text == partial.text.strip()
+    await wait_until(
+        lambda: any(c["hook"] == "on_chat_response" for c in harness.hook_calls())
+    )
+    [response] = [c for c in harness.hook_calls() if c["hook"] == "on_chat_response"]
+    assert response["status"] == "aborted"
     # the conversation goes on
     after = await harness.send(conversation, "again", model="demo:echo")
     assert after.status == "completed" and after.turn_number == 2

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from durable_turns.contract import (
@@ -197,6 +198,8 @@ class TurnWorkflow:
             start_to_close_timeout=timedelta(seconds=plan.step_timeout_s),
             heartbeat_timeout=options.heartbeat(plan),
             retry_policy=options.model_retry(plan),
+            # on cancelChat, wait for the step to store what it streamed so far
+            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             summary=f"model step {step} · {plan.model}",
         )
 
