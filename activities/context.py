@@ -125,9 +125,16 @@ async def base_messages(store: TranscriptStore, turn: TurnRecord) -> list[Messag
         own = assistant_message_id(turn.turn_id)
         stored = [m for m in await store.messages(turn.conversation_id) if m.id != own]
         messages = apply_compaction(stored)
-    if turn.continuation and messages and messages[-1].role == "assistant":
+    if turn.continuation and messages and _needs_continue_prompt(messages[-1]):
         messages.append(continue_prompt(turn.turn_id))
     return messages
+
+
+def _needs_continue_prompt(last: Message) -> bool:
+    """An assistant message that ends in text needs the prompt; one ending with tool
+    results (client tools, approvals) is answered by the model without it."""
+    content = [p for p in last.parts if not isinstance(p, StepStartPart)]
+    return last.role == "assistant" and not (content and isinstance(content[-1], ToolResultPart))
 
 
 async def step_messages(

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from activities.lifecycle import Lifecycle
+from durable_turns.contract import ToolResolution
 from durable_turns.tools import Tool, ToolContext, ToolRegistry
 from hooks.types import ToolCallContext, ToolCallDecision
 
@@ -27,6 +28,8 @@ class ToolRun:
     is_error: bool = False
     blocked: bool = False
     """Blocked or substituted by ``before_tool_call``: the tool did not run."""
+    pending: str | None = None
+    """"client" or "approval": nothing is recorded; the turn waits for the client."""
 
 
 def jsonable(value: Any) -> Any:
@@ -51,18 +54,31 @@ async def run_tool_call(
     run_ctx: ToolContext,
     available: set[str],
     on_preliminary: Callable[[Any], Awaitable[None]] | None = None,
+    resolution: ToolResolution | None = None,
 ) -> ToolRun:
-    """Check the call, ask ``before_tool_call``, then run, block or substitute."""
+    """Check the call, ask ``before_tool_call``, then run, block or substitute.
+
+    A client tool, or a tool that needs approval, is ``pending`` until the client's
+    ``resolution`` arrives; the workflow then calls again with it.
+    """
     tool = tools.get(ctx.tool_name)
     if ctx.tool_name not in available:
         names = ", ".join(sorted(available)) or "none"
         return ToolRun(f'Unknown tool "{ctx.tool_name}". Available tools: {names}.', True)
     if tool is None or tool.is_client_tool:
-        return ToolRun(f'Tool "{ctx.tool_name}" runs on the client, which sent no result.', True)
+        if resolution is None:
+            return ToolRun(None, pending="client")
+        return ToolRun(jsonable(resolution.output), resolution.is_error)
     try:
         args = tool.input_model.model_validate(ctx.input)
     except ValidationError as e:
         return ToolRun(invalid_args(tool, e), True)
+    if tool.needs_approval:
+        if resolution is None:
+            return ToolRun(None, pending="approval")
+        if not resolution.approved:
+            why = f": {resolution.reason}" if resolution.reason else "."
+            return ToolRun(f'The user denied the call to "{ctx.tool_name}"{why}', True)
     if run_ctx.attempt > 1 and not tool.retry_safe:
         return ToolRun(INTERRUPTED, True)
     try:

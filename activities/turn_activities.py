@@ -302,6 +302,7 @@ class TurnActivities:
             max_retries=self.settings.model_retries if retries is None else retries,
             step_timeout_s=total_ms / 1000 if total_ms else self.settings.step_timeout_s,
             heartbeat_timeout_s=self.settings.heartbeat_timeout_s,
+            client_tool_timeout_s=self.settings.client_tool_timeout_s,
             overflow_retries=overflow.max_retries if overflow.reactive else 0,
             compact_at_tokens=(
                 int(overflow.max_input_tokens * overflow.headroom)
@@ -484,7 +485,15 @@ class TurnActivities:
                 self._tool_context(turn, inp, step),
                 available,
                 _preliminaries(on_chunk, call),
+                inp.resolution,
             )
+            if run.pending:  # recorded nowhere: the turn waits for the client, then asks again
+                return ToolOutcome(
+                    tool_call_id=call.tool_call_id,
+                    tool_name=call.tool_name,
+                    success=False,
+                    pending=run.pending,  # type: ignore[arg-type]
+                )
             duration_ms = (time.monotonic() - started) * 1000
             if on_chunk is not None:
                 await on_chunk(_result_chunk(call, run.output, run.is_error))

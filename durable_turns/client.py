@@ -27,6 +27,7 @@ from durable_turns.contract import (
     SIGNAL_CANCEL,
     SIGNAL_CONTINUE,
     SIGNAL_SUBMIT,
+    SIGNAL_TOOL_RESULT,
     UPDATE_SEND,
     ConversationState,
     TurnResult,
@@ -131,6 +132,38 @@ class TurnsClient:
             payload["body"] = body
         await self._signal_with_start(conversation_id, SIGNAL_CONTINUE, payload)
         return request_id
+
+    async def submit_tool_result(
+        self, conversation_id: str, tool_call_id: str, output: Any, *, is_error: bool = False
+    ) -> None:
+        """The result of a client tool the running turn waits on."""
+        await self.conversation(conversation_id).signal(
+            SIGNAL_TOOL_RESULT,
+            {"tool_call_id": tool_call_id, "output": output, "is_error": is_error},
+        )
+
+    async def approve(
+        self,
+        conversation_id: str,
+        tool_call_id: str,
+        approved: bool = True,
+        reason: str | None = None,
+    ) -> None:
+        """Approve (or deny) a call to a tool declared ``needs_approval``."""
+        await self.conversation(conversation_id).signal(
+            SIGNAL_TOOL_RESULT,
+            {"tool_call_id": tool_call_id, "approved": approved, "reason": reason},
+        )
+
+    async def pending_tool_calls(self, conversation_id: str) -> list[dict[str, Any]]:
+        """The calls the running turn waits on: ``tool_call_id``, ``tool_name``, ``waiting_for``."""
+        state = await self.state(conversation_id)
+        if state.running is None or state.running.turn_number is None:
+            return []
+        turn = self.client.get_workflow_handle(
+            turn_workflow_id(conversation_id, state.running.turn_number)
+        )
+        return list((await turn.query(QUERY_STATE))["pending_tool_calls"])
 
     async def cancel(self, conversation_id: str, request_id: str | None = None) -> None:
         await self.conversation(conversation_id).signal(SIGNAL_CANCEL, {"request_id": request_id})

@@ -60,6 +60,8 @@ class Settings:
     """TURNS_HEARTBEAT_TIMEOUT_S: how soon a dead worker's activity is retried elsewhere."""
     step_timeout_s: float = 600.0
     """TURNS_STEP_TIMEOUT_S: the longest one model step may take."""
+    client_tool_timeout_s: float = 3600.0
+    """TURNS_CLIENT_TOOL_TIMEOUT_S: how long a turn waits for client tool results/approvals."""
     model_retries: int = 2
     """TURNS_MODEL_RETRIES: retries of a failed model step (TurnConfig.max_retries wins)."""
 
@@ -85,6 +87,7 @@ class Settings:
             heartbeat_timeout_s=float(_env("TURNS_HEARTBEAT_TIMEOUT_S", "30") or 30),
             step_timeout_s=float(_env("TURNS_STEP_TIMEOUT_S", "600") or 600),
             model_retries=int(_env("TURNS_MODEL_RETRIES", "2") or 2),
+            client_tool_timeout_s=float(_env("TURNS_CLIENT_TOOL_TIMEOUT_S", "3600") or 3600),
         )
 
     def __post_init__(self) -> None:

@@ -24,6 +24,10 @@ TURN_WORKFLOW = "TurnWorkflow"
 SIGNAL_SUBMIT = "submitMessages"
 SIGNAL_CONTINUE = "continueLastTurn"
 SIGNAL_CANCEL = "cancelChat"
+SIGNAL_TOOL_RESULT = "submitToolResult"
+"""On the conversation: a client tool's result or an approval, for the running turn."""
+TURN_SIGNAL_TOOL_RESULT = "toolResult"
+"""The same, sent to a turn directly."""
 UPDATE_SEND = "sendMessage"
 QUERY_STATE = "state"
 
@@ -95,6 +99,20 @@ class CancelChat(_Wire):
     request_id: str | None = None
 
 
+class ToolResolution(_Wire):
+    """``submitToolResult``: what the client decided for a call the turn is waiting on.
+
+    For a client tool: ``output`` (and ``is_error``). For a tool that needs approval:
+    ``approved`` (and an optional ``reason`` shown to the model on a denial).
+    """
+
+    tool_call_id: str
+    output: Any = None
+    is_error: bool = False
+    approved: bool | None = None
+    reason: str | None = None
+
+
 class ConversationSettings(_Wire):
     """Optional input of ``ConversationWorkflow``; everything has a default."""
 
@@ -140,6 +158,8 @@ class TurnResult(_Wire):
     usage: Usage = Field(default_factory=Usage)
     continuation: bool = False
     error: ErrorInfo | None = None
+    auto_continue: bool = False
+    """Client tool results or approvals arrived: the conversation continues the turn."""
 
 
 class RequestRecord(_Wire):
@@ -210,6 +230,8 @@ class TurnPlan(_Wire):
     heartbeat_timeout_s: float = 30.0
     skip: bool = False
     """True when there is nothing to do (a continuation with no assistant message to continue)."""
+    client_tool_timeout_s: float = 3600.0
+    """How long a turn waits for client tool results and approvals."""
     overflow_retries: int = 0
     """Reactive compact-and-retry: how often a context overflow re-runs the turn (0: off)."""
     compact_at_tokens: int | None = None
@@ -246,6 +268,7 @@ class ToolCallInput(_Wire):
     step: int
     tool_call_id: str
     tool_name: str
+    resolution: ToolResolution | None = None
 
 
 class ToolOutcome(_Wire):
@@ -254,6 +277,8 @@ class ToolOutcome(_Wire):
     success: bool
     blocked: bool = False
     error: str | None = None
+    pending: Literal["client", "approval"] | None = None
+    """The call waits for the client: its result, or an approval."""
 
 
 class FinishTurnInput(_Wire):

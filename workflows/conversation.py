@@ -29,6 +29,8 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_CANCEL,
         SIGNAL_CONTINUE,
         SIGNAL_SUBMIT,
+        SIGNAL_TOOL_RESULT,
+        TURN_SIGNAL_TOOL_RESULT,
         TURN_STATUS,
         TURN_WORKFLOW,
         UPDATE_SEND,
@@ -131,6 +133,17 @@ class ConversationWorkflow:
         request = self._queue.popleft()
         result = await self._run_turn(conversation_id, request)
         self._complete(request, result)
+        if result.auto_continue:  # client tool results arrived: continue before anything else
+            follow = PendingRequest(
+                request_id=str(workflow.uuid4()),
+                kind="continue",
+                body=request.body,
+                model=request.model,
+            )
+            self._queue.appendleft(follow)
+            self._records[follow.request_id] = RequestRecord(
+                request_id=follow.request_id, kind="continue"
+            )
         if result.status != "skipped":
             task = asyncio.create_task(self._respond(result))
             self._responses.add(task)
@@ -290,6 +303,14 @@ class ConversationWorkflow:
         running = self._running
         if self._running_turn is not None and running and target in (None, running.request_id):
             self._running_turn.cancel()
+
+    @workflow.signal(name=SIGNAL_TOOL_RESULT)
+    async def submit_tool_result(self, raw: Any = None) -> None:
+        """A client tool's result or an approval, for the turn that waits on it."""
+        if self._running_turn is None:
+            self._reject(raw, "InvalidRequest", "no turn is running, so no tool call is waiting")
+            return
+        await self._running_turn.signal(TURN_SIGNAL_TOOL_RESULT, raw)
 
     @workflow.query(name=QUERY_STATE)
     def state(self) -> ConversationState:

@@ -8,8 +8,11 @@ module imports none of their code into the sandbox.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 from datetime import timedelta
+from typing import Any
 
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.workflow import ActivityCancellationType
@@ -18,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from durable_turns.contract import (
         QUERY_STATE,
         TURN_MODEL,
+        TURN_SIGNAL_TOOL_RESULT,
         TURN_STATUS,
         TURN_WORKFLOW,
         BeginTurnInput,
@@ -32,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
         StopCondition,
         ToolCallInput,
         ToolOutcome,
+        ToolResolution,
         TurnInput,
         TurnPlan,
         TurnRef,
@@ -50,6 +55,10 @@ class TurnWorkflow:
         self._model = ""
         self._usage = Usage()
         self._tools: list[str] = []
+        self._pending: dict[str, ToolOutcome] = {}
+        self._resolutions: dict[str, ToolResolution] = {}
+        self._rejected: list[str] = []
+        self._awaited_client = False
 
     @workflow.query(name=QUERY_STATE)
     def state(self) -> dict[str, object]:
@@ -59,7 +68,24 @@ class TurnWorkflow:
             "model": self._model,
             "usage": self._usage.model_dump(),
             "tool_calls": self._tools,
+            "pending_tool_calls": [
+                {"tool_call_id": o.tool_call_id, "tool_name": o.tool_name, "waiting_for": o.pending}
+                for o in self._pending.values()
+                if o.tool_call_id not in self._resolutions
+            ],
+            "rejected_tool_results": self._rejected[-10:],
         }
+
+    @workflow.signal(name=TURN_SIGNAL_TOOL_RESULT)
+    def tool_result(self, raw: Any = None) -> None:
+        """A client tool's result or an approval (one object or a list); bad input is noted."""
+        for item in raw if isinstance(raw, list) else [raw]:
+            try:
+                resolution = ToolResolution.model_validate(item)
+            except ValidationError as e:
+                self._rejected.append(f"malformed tool result: {e.errors()[0]['msg']}")
+                continue
+            self._resolutions.setdefault(resolution.tool_call_id, resolution)
 
     @workflow.run
     async def run(self, inp: TurnInput) -> TurnResult:
@@ -95,7 +121,8 @@ class TurnWorkflow:
                     return await self._finish(ref, plan, 0, "skipped", inp.continuation)
                 steps, overflow = await self._steps(ref, plan)
                 if overflow is None:
-                    return await self._finish(ref, plan, steps, "completed", inp.continuation)
+                    result = await self._finish(ref, plan, steps, "completed", inp.continuation)
+                    return result.model_copy(update={"auto_continue": self._awaited_client})
                 # Context overflow: compact, then re-run the turn from before_turn.
                 if run >= plan.overflow_retries:
                     raise ApplicationError(overflow, type="ContextOverflow")
@@ -170,7 +197,9 @@ class TurnWorkflow:
                 return steps, last.error or "context overflow"
             if not last.tool_calls:
                 break
-            await self._tool_calls(ref, plan, last)
+            if await self._tool_calls(ref, plan, last):
+                self._awaited_client = True  # the results arrived: continue in a new turn
+                break
             if _should_stop(plan.stop_when, last, steps):
                 break
         return steps, None
@@ -203,26 +232,87 @@ class TurnWorkflow:
             summary=f"model step {step} · {plan.model}",
         )
 
-    async def _tool_calls(
-        self, ref: TurnRef, plan: TurnPlan, summary: StepSummary
-    ) -> list[ToolOutcome]:
+    async def _tool_calls(self, ref: TurnRef, plan: TurnPlan, summary: StepSummary) -> bool:
+        """Run a step's tool calls in parallel; True when some waited on the client."""
         self._status = f"tools of step {summary.step}"
         self._tools.extend(c.tool_name for c in summary.tool_calls)
-        calls = [
-            workflow.execute_activity(
-                "tool_call",
-                ToolCallInput(
-                    turn=ref, step=summary.step, tool_call_id=c.tool_call_id, tool_name=c.tool_name
-                ),
-                result_type=ToolOutcome,
-                start_to_close_timeout=timedelta(seconds=plan.tool_timeout_s),
-                heartbeat_timeout=options.heartbeat(plan),
-                retry_policy=options.TOOL_RETRY,
-                summary=f"tool {c.tool_name}",
+        outcomes = await asyncio.gather(
+            *(
+                self._tool_call(ref, plan, summary.step, c.tool_call_id, c.tool_name)
+                for c in summary.tool_calls
             )
-            for c in summary.tool_calls
-        ]
-        return list(await asyncio.gather(*calls))
+        )
+        pending = [o for o in outcomes if o.pending]
+        if not pending:
+            return False
+        await self._wait_for_client(plan, pending)
+        await asyncio.gather(
+            *(
+                self._tool_call(
+                    ref,
+                    plan,
+                    summary.step,
+                    o.tool_call_id,
+                    o.tool_name,
+                    self._resolutions[o.tool_call_id],
+                )
+                for o in pending
+            )
+        )
+        return True
+
+    def _tool_call(
+        self,
+        ref: TurnRef,
+        plan: TurnPlan,
+        step: int,
+        tool_call_id: str,
+        tool_name: str,
+        resolution: ToolResolution | None = None,
+    ) -> Awaitable[ToolOutcome]:
+        return workflow.execute_activity(
+            "tool_call",
+            ToolCallInput(
+                turn=ref,
+                step=step,
+                tool_call_id=tool_call_id,
+                tool_name=tool_name,
+                resolution=resolution,
+            ),
+            result_type=ToolOutcome,
+            start_to_close_timeout=timedelta(seconds=plan.tool_timeout_s),
+            heartbeat_timeout=options.heartbeat(plan),
+            retry_policy=options.TOOL_RETRY,
+            summary=f"tool {tool_name}" + (" · client's answer" if resolution else ""),
+        )
+
+    async def _wait_for_client(self, plan: TurnPlan, pending: list[ToolOutcome]) -> None:
+        """Wait durably for every pending call's result or approval (a crash loses nothing)."""
+        self._pending.update({o.tool_call_id: o for o in pending})
+        self._status = "waiting for the client"
+        workflow.set_current_details(
+            "waiting for the client: "
+            + ", ".join(f"`{o.tool_name}` ({o.pending})" for o in pending)
+        )
+        ids = [o.tool_call_id for o in pending]
+        try:
+            await workflow.wait_condition(
+                lambda: all(i in self._resolutions for i in ids),
+                timeout=timedelta(seconds=plan.client_tool_timeout_s),
+                timeout_summary="waiting for client tool results",
+            )
+        except TimeoutError:
+            for o in pending:
+                self._resolutions.setdefault(
+                    o.tool_call_id,
+                    ToolResolution(
+                        tool_call_id=o.tool_call_id,
+                        output=f"The client sent no result within {plan.client_tool_timeout_s:g}s.",
+                        is_error=True,
+                        approved=False,
+                        reason=f"no answer within {plan.client_tool_timeout_s:g}s",
+                    ),
+                )
 
     async def _finish(
         self,

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 from pydantic import BaseModel, Field
 
-from durable_turns.tools import ToolContext, tool
+from durable_turns.tools import ToolContext, client_tool, tool
 
 
 def _log(ctx: ToolContext, **extra: object) -> None:
@@ -81,3 +81,13 @@ async def count(args: CountArgs, ctx: ToolContext) -> AsyncIterator[str]:
     """A streaming tool: yields preliminary results; the last is the output."""
     for i in range(1, args.to + 1):
         yield f"counted {i}"
+
+
+where_am_i = client_tool("where_am_i", description="The user's location, from their device.")
+
+
+@tool(needs_approval=True)
+async def wipe_disk(args: NoArgs, ctx: ToolContext) -> str:
+    """Needs the user's approval before it runs."""
+    _log(ctx)
+    return "disk wiped"
