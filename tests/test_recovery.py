@@ -189,13 +189,11 @@ async def test_cancel_the_running_turn(harness: Harness) -> None:
     result = await asyncio.wait_for(harness.turns.wait(conversation, request), 30)
     assert result.status == "aborted"
     # the partial assistant message is persisted, marked aborted
-    [user, partial] = await (await harness.store()).messages(conversation)
+    [_, partial] = await (await harness.store()).messages(conversation)
     assert partial.metadata["status"] == "aborted"
     assert 0 < len(partial.text.split()) < 60 and set(partial.text.split()) == {"word"}
     assert result.text == partial.text.strip()
-    await wait_until(
-        lambda: any(c["hook"] == "on_chat_response" for c in harness.hook_calls())
-    )
+    await wait_until(lambda: any(c["hook"] == "on_chat_response" for c in harness.hook_calls()))
     [response] = [c for c in harness.hook_calls() if c["hook"] == "on_chat_response"]
     assert response["status"] == "aborted"
     # the conversation goes on
