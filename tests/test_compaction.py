@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from temporalio.api.enums.v1 import EventType
 
 from tests.support.harness import Harness
+from tests.test_crash import wait_until
 from tests.test_history_size import prior_transcript
 
 HOOKS = "tests.support.compaction_hooks:CompactingHooks"
@@ -142,3 +145,29 @@ async def test_overflow_recovery_works_on_continuation_turns(harness: Harness) -
     assert result.status == "completed" and result.continuation
     assert result.text == "part two"
     assert (await scheduled(harness, result.workflow_id)).count("compact") == 1
+
+
+async def test_kill_during_compaction(harness: Harness) -> None:
+    first = harness.start_worker(TURNS_HOOKS=HOOKS, TEST_SLOW_SUMMARY="30")
+    conversation = harness.conv("compact-crash")
+    store = await harness.store()
+    prior = prior_transcript(20_000)
+    await store.add_messages(conversation, prior)
+    model = harness.script(
+        [
+            {
+                "text": "answered after compaction",
+                "error": {**TOO_LONG, "if_input_tokens_over": 5_000},
+            }
+        ]
+    )
+    request = await harness.turns.submit(conversation, "and now?", model=model)
+    await wait_until(lambda: any(c.get("pid") == first.proc.pid for c in compactions(harness)))
+    first.kill()
+    harness.start_worker(TURNS_HOOKS=HOOKS)
+    result = await asyncio.wait_for(harness.turns.wait(conversation, request), 90)
+    assert result.status == "completed" and result.text == "answered after compaction"
+    messages = await store.messages(conversation)
+    assert len([m for m in messages if "compaction" in m.metadata]) == 1
+    assert len(messages) == len(prior) + 3
+    assert [m.text for m in messages].count("and now?") == 1

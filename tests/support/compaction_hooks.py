@@ -2,10 +2,13 @@
 
 ``TEST_OVERFLOW=reactive`` (default), ``proactive:<max input tokens>`` or
 ``compact_after:<tokens>`` choose the mode; every compaction is logged to TEST_HOOK_LOG.
+``TEST_SLOW_SUMMARY=<seconds>`` makes the summariser slow, so a test can kill the worker
+while it compacts.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 
@@ -15,11 +18,17 @@ from hooks import ContextOverflowConfig, Session, TurnHooks
 MODE, _, VALUE = os.environ.get("TEST_OVERFLOW", "reactive").partition(":")
 
 
-def summarise(messages: list[Message]) -> str:
+def _log(folded: int) -> None:
     path = os.environ.get("TEST_HOOK_LOG")
     if path:
         with open(path, "a") as f:
-            f.write(json.dumps({"hook": "on_compaction", "folded": len(messages)}) + "\n")
+            entry = {"hook": "on_compaction", "folded": folded, "pid": os.getpid()}
+            f.write(json.dumps(entry) + "\n")
+
+
+async def summarise(messages: list[Message]) -> str:
+    _log(len(messages))
+    await asyncio.sleep(float(os.environ.get("TEST_SLOW_SUMMARY", "0")))
     return f"(summary of {len(messages)} earlier messages)"
 
 
