@@ -67,9 +67,11 @@ async def _print_live(client: Any, conversation: str, number: int) -> None:
             out.write(event.data["text"])
             out.flush()
         elif event.type == "chunk" and event.data.get("type") == "tool-call":
-            out.write(f"\n  → {event.data['tool_name']}({json.dumps(event.data['input'])})\n")
+            out.write(
+                f"\n  → {event.data['tool_name']}({json.dumps(event.data['input'], ensure_ascii=False)})\n"
+            )
         elif event.type == "tool-result":
-            out.write(f"  ← {json.dumps(event.data.get('output'))}\n")
+            out.write(f"  ← {json.dumps(event.data.get('output'), ensure_ascii=False)}\n")
         elif event.type == "reset":
             out.write("\n[the model step is being retried; its partial output above is replaced]\n")
         elif event.type == "step-start" and event.step:
@@ -119,10 +121,10 @@ def _describe(part: dict[str, Any]) -> str:
     if kind == "reasoning":
         return f"  (reasoning) {part['text']}"
     if kind == "tool-call":
-        return f"  → {part['tool_name']}({json.dumps(part['input'])}) [{part['tool_call_id']}]"
+        return f"  → {part['tool_name']}({json.dumps(part['input'], ensure_ascii=False)}) [{part['tool_call_id']}]"
     if kind == "tool-result":
         flag = " (error)" if part["is_error"] else ""
-        return f"  ← {part['tool_name']}{flag}: {json.dumps(part['output'])}"
+        return f"  ← {part['tool_name']}{flag}: {json.dumps(part['output'], ensure_ascii=False)}"
     if kind == "step-start":
         return "  · step"
     return f"  ({kind})"
