@@ -190,7 +190,7 @@ class TurnWorkflow:
             self._step = step
             self._status = f"model step {step}"
             workflow.set_current_details(f"**step {step}** · `{plan.model}` · running")
-            last = await self._model_step(ref, plan, step)
+            last = await self._model_step(ref, plan, step, last)
             steps = step + 1
             self._usage += last.usage
             if last.outcome == "context_overflow":
@@ -219,7 +219,12 @@ class TurnWorkflow:
             summary=f"compact: {reason}{at}",
         )
 
-    async def _model_step(self, ref: TurnRef, plan: TurnPlan, step: int) -> StepSummary:
+    async def _model_step(
+        self, ref: TurnRef, plan: TurnPlan, step: int, previous: StepSummary | None
+    ) -> StepSummary:
+        # The previous step's prompt plus its output is about what this one sends.
+        context = previous.usage.input_tokens + previous.usage.output_tokens if previous else 0
+        size = f" · {context / 1000:.1f}k tokens in" if context else ""
         return await workflow.execute_activity(
             "model_step",
             ModelStepInput(turn=ref, step=step, model=plan.model),
@@ -229,7 +234,7 @@ class TurnWorkflow:
             retry_policy=options.model_retry(plan),
             # on cancelChat, wait for the step to store what it streamed so far
             cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            summary=f"model step {step} · {plan.model}",
+            summary=f"model step {step} · {plan.model}{size}",
         )
 
     async def _tool_calls(self, ref: TurnRef, plan: TurnPlan, summary: StepSummary) -> bool:
