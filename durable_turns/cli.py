@@ -35,9 +35,9 @@ def _print_result(result: TurnResult) -> None:
 
 
 async def _client(settings: Settings) -> TurnsClient:
-    if settings.embedded and not port_open("127.0.0.1", 7233):
+    if settings.embedded and not port_open("127.0.0.1", settings.embedded_port):
         sys.exit(
-            "no Temporal server at 127.0.0.1:7233: start a worker first (`turns worker`),"
+            f"no Temporal server at {settings.address}: start a worker first (`turns worker`),"
             " or set TEMPORAL_ADDRESS"
         )
     return await TurnsClient.connect(settings)
@@ -131,7 +131,7 @@ def _describe(part: dict[str, Any]) -> str:
 
 
 async def server(args: argparse.Namespace, settings: Settings) -> int:
-    srv = EmbeddedServer(settings.data_dir)
+    srv = EmbeddedServer(settings.data_dir, port=settings.embedded_port, ui_port=settings.ui_port)
     await srv.start()
     print(f"Temporal dev server on {srv.address}; UI at {srv.ui_url}. Ctrl-C stops it.", flush=True)
     try:
@@ -207,3 +207,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def new_conversation_id(prefix: str = "conv") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+if __name__ == "__main__":
+    main()

@@ -13,8 +13,7 @@ from typing import Any
 
 from durable_turns.contract import DEFAULT_MAX_STEPS, DEFAULT_MODEL, DEFAULT_TASK_QUEUE
 
-EMBEDDED_ADDRESS = "127.0.0.1:7233"
-EMBEDDED_UI_PORT = 8233
+EMBEDDED_HOST = "127.0.0.1"
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -30,6 +29,10 @@ def _split(value: str | None) -> list[str]:
 class Settings:
     temporal_address: str | None = None
     """TEMPORAL_ADDRESS: a cluster to connect to; unset = the embedded dev server."""
+    embedded_port: int = 7233
+    """TURNS_EMBEDDED_PORT: the embedded dev server's gRPC port."""
+    ui_port: int = 8233
+    """TURNS_UI_PORT: the embedded dev server's UI port."""
     namespace: str = "default"
     """TEMPORAL_NAMESPACE."""
     task_queue: str = DEFAULT_TASK_QUEUE
@@ -71,6 +74,8 @@ class Settings:
         transforms = _env("TURNS_TRANSFORMS")
         return cls(
             temporal_address=_env("TEMPORAL_ADDRESS"),
+            embedded_port=int(_env("TURNS_EMBEDDED_PORT", "7233") or 7233),
+            ui_port=int(_env("TURNS_UI_PORT", "8233") or 8233),
             namespace=_env("TEMPORAL_NAMESPACE", "default") or "default",
             task_queue=_env("TURNS_TASK_QUEUE", DEFAULT_TASK_QUEUE) or DEFAULT_TASK_QUEUE,
             data_dir=Path(_env("TURNS_DATA_DIR", ".data") or ".data"),
@@ -104,7 +109,7 @@ class Settings:
 
     @property
     def address(self) -> str:
-        return self.temporal_address or EMBEDDED_ADDRESS
+        return self.temporal_address or f"{EMBEDDED_HOST}:{self.embedded_port}"
 
     @property
     def resolved_store_url(self) -> str:

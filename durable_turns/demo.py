@@ -8,10 +8,13 @@ stops everything again (or keeps it up with ``--keep``).
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 
+from activities.store import open_store
 from durable_turns.config import Settings
 from durable_turns.contract import turn_workflow_id
+from durable_turns.messages import TextPart, ToolCallPart, ToolResultPart
 
 QUESTIONS = ["What's the weather in Paris?", "And in Tokyo?"]
 
@@ -32,14 +35,25 @@ async def run_demo(settings: Settings, keep: bool = False) -> int:
             print(
                 f"conversation {conversation}  (model {settings.model}: a scripted demo, not an LLM)\n"
             )
+            store = open_store(settings.resolved_store_url)
+            await store.open()
             for question in QUESTIONS:
                 print(f"user      > {question}")
                 result = await turns.send(conversation, question)
-                for line in result.text.splitlines():
-                    print(f"assistant > {line}" if line else "")
+                reply = (await store.messages(conversation))[-1]
+                for part in reply.parts:
+                    if isinstance(part, TextPart) and part.text.strip():
+                        print(f"assistant > {part.text.strip()}")
+                    elif isinstance(part, ToolCallPart):
+                        print(
+                            f"  tool    → {part.tool_name}({json.dumps(part.input, ensure_ascii=False)})"
+                        )
+                    elif isinstance(part, ToolResultPart):
+                        print(f"  tool    ← {json.dumps(part.output, ensure_ascii=False)}")
                 print(
                     f"            [{result.status} · {result.steps} steps · workflow {result.workflow_id}]\n"
                 )
+            await store.close()
             ui = server.ui_url if server else "your Temporal UI"
             print("workflows:")
             print(f"  ConversationWorkflow  {conversation}")
