@@ -6,7 +6,7 @@ import asyncio
 
 from durable_turns.messages import ToolResultPart
 from tests.support.harness import Harness
-from tests.test_crash import wait_until
+from tests.support.probes import pending_calls, turns_done, wait_until
 
 LOCATE = [
     {"text": "Let me ask your device.", "tool_calls": [{"name": "where_am_i", "input": {}}]},
@@ -14,31 +14,16 @@ LOCATE = [
 ]
 
 
-async def pending(harness: Harness, conversation: str, count: int = 1) -> list[dict]:
-    calls: list[dict] = []
-
-    async def ready() -> bool:
-        nonlocal calls
-        try:
-            calls = await harness.turns.pending_tool_calls(conversation)
-        except Exception:
-            return False
-        return len(calls) == count
-
-    await wait_until(ready)
-    return calls
-
-
 async def test_client_tool_result_then_auto_continuation(harness: Harness) -> None:
     harness.start_worker()
     conversation = harness.conv("client-tool")
     request = await harness.turns.submit(conversation, "where am I?", model=harness.script(LOCATE))
-    [call] = await pending(harness, conversation)
+    [call] = await pending_calls(harness, conversation)
     assert call["tool_name"] == "where_am_i" and call["waiting_for"] == "client"
     await harness.turns.submit_tool_result(conversation, call["tool_call_id"], "Lisbon")
     first = await harness.turns.wait(conversation, request)
     assert first.status == "completed" and first.auto_continue
-    await wait_until(lambda: _turns_done(harness, conversation, 2))
+    await wait_until(lambda: turns_done(harness, conversation, 2))
     state = await harness.turns.state(conversation)
     assert state.last_result is not None
     second = state.last_result
@@ -64,13 +49,13 @@ async def test_parallel_client_results_are_gathered_before_continuing(harness: H
         ]
     )
     await harness.turns.submit(conversation, "two devices?", model=model)
-    calls = await pending(harness, conversation, 2)
+    calls = await pending_calls(harness, conversation, 2)
     await harness.turns.submit_tool_result(conversation, calls[0]["tool_call_id"], "Porto")
     await asyncio.sleep(1.0)
     state = await harness.turns.state(conversation)
     assert state.turn_count == 1, "no continuation before every result is in"
     await harness.turns.submit_tool_result(conversation, calls[1]["tool_call_id"], "Faro")
-    await wait_until(lambda: _turns_done(harness, conversation, 2))
+    await wait_until(lambda: turns_done(harness, conversation, 2))
     state = await harness.turns.state(conversation)
     assert (
         state.last_result is not None
@@ -83,11 +68,11 @@ async def test_waiting_survives_a_worker_crash(harness: Harness) -> None:
     first = harness.start_worker()
     conversation = harness.conv("client-crash")
     await harness.turns.submit(conversation, "where am I?", model=harness.script(LOCATE))
-    [call] = await pending(harness, conversation)
+    [call] = await pending_calls(harness, conversation)
     first.kill()
     harness.start_worker()
     await harness.turns.submit_tool_result(conversation, call["tool_call_id"], "Braga")
-    await wait_until(lambda: _turns_done(harness, conversation, 2), within=60)
+    await wait_until(lambda: turns_done(harness, conversation, 2), within=60)
     state = await harness.turns.state(conversation)
     assert state.last_result is not None and state.last_result.text == "You are in Braga."
 
@@ -110,11 +95,11 @@ async def test_approval_approved_runs_the_tool(harness: Harness) -> None:
         [{"tool_calls": [{"name": "wipe_disk", "input": {}}]}, {"text": "Result: {tool_result}"}]
     )
     await harness.turns.submit(conversation, "wipe it", model=model)
-    [call] = await pending(harness, conversation)
+    [call] = await pending_calls(harness, conversation)
     assert call["waiting_for"] == "approval"
     assert harness.tool_runs() == [], "nothing runs before the approval"
     await harness.turns.approve(conversation, call["tool_call_id"])
-    await wait_until(lambda: _turns_done(harness, conversation, 2))
+    await wait_until(lambda: turns_done(harness, conversation, 2))
     state = await harness.turns.state(conversation)
     assert state.last_result is not None and state.last_result.text == "Result: disk wiped"
     assert [r["tool"] for r in harness.tool_runs()] == ["wipe_disk"]
@@ -127,17 +112,12 @@ async def test_approval_denied_never_runs_the_tool(harness: Harness) -> None:
         [{"tool_calls": [{"name": "wipe_disk", "input": {}}]}, {"text": "Result: {tool_result}"}]
     )
     await harness.turns.submit(conversation, "wipe it", model=model)
-    [call] = await pending(harness, conversation)
+    [call] = await pending_calls(harness, conversation)
     await harness.turns.approve(
         conversation, call["tool_call_id"], approved=False, reason="not today"
     )
-    await wait_until(lambda: _turns_done(harness, conversation, 2))
+    await wait_until(lambda: turns_done(harness, conversation, 2))
     state = await harness.turns.state(conversation)
     assert state.last_result is not None
     assert state.last_result.text == 'Result: The user denied the call to "wipe_disk": not today'
     assert harness.tool_runs() == []
-
-
-async def _turns_done(harness: Harness, conversation: str, count: int) -> bool:
-    state = await harness.turns.state(conversation)
-    return state.running is None and not state.queue and state.turn_count >= count

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from temporalio.api.enums.v1 import EventType
-
 from tests.support.harness import Harness
-from tests.test_crash import wait_until
-from tests.test_history_size import prior_transcript
+from tests.support.history import prior_transcript, scheduled
+from tests.support.probes import wait_until
 
 HOOKS = "tests.support.compaction_hooks:CompactingHooks"
 TOO_LONG = {
@@ -16,15 +14,6 @@ TOO_LONG = {
     "kind": "context_overflow",
     "message": "prompt is too long: 213450 tokens > 200000 maximum",
 }
-
-
-async def scheduled(harness: Harness, workflow_id: str) -> list[str]:
-    history = await harness.client.get_workflow_handle(workflow_id).fetch_history()
-    return [
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    ]
 
 
 def compactions(harness: Harness) -> list[dict]:

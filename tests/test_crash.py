@@ -3,33 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from durable_turns.messages import ToolCallPart, ToolResultPart
 from tests.support.harness import Harness
-
-
-async def wait_until(predicate: Callable[[], object], within: float = 30) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not await _check(predicate):
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError("condition not reached")
-        await asyncio.sleep(0.05)
-
-
-async def _check(predicate: Callable[[], object]) -> bool:
-    value = predicate()
-    if asyncio.iscoroutine(value):
-        value = await value
-    return bool(value)
-
-
-async def turn_status(harness: Harness, conversation: str) -> str:
-    try:
-        handle = harness.client.get_workflow_handle(f"{conversation}/turn-1")
-        return str((await handle.query("state"))["status"])
-    except Exception:
-        return ""
+from tests.support.probes import turn_status, wait_until
 
 
 async def assert_single_reply(harness: Harness, conversation: str) -> None:

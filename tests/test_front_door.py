@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from durable_turns.devserver import port_open
-from tests.test_observability import free_port
+from tests.support.probes import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 

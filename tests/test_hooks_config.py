@@ -11,9 +11,9 @@ from durable_turns.contract import TurnResult
 from durable_turns.messages import ReasoningPart, ToolResultPart
 from hooks import TurnConfig, has_tool_call, step_count_is
 from tests.support.harness import Harness
+from tests.support.history import model_step_bytes
 from tests.support.hooks import calls, start_worker
-from tests.test_history_size import model_step_bytes
-from tests.test_live_stream import backend
+from tests.support.probes import chunk_backend, pending_calls, turns_done, wait_until
 
 
 async def send(harness: Harness, name: str, script: Any, config: dict[str, Any]) -> TurnResult:
@@ -99,11 +99,25 @@ async def test_tools_are_additive_names_and_client_specs(harness: Harness) -> No
         },
         {"text": "{tool_results}"},
     ]
-    result = await send(harness, "tools", script, {"tools": ["secret", spec]})
+    conversation = harness.conv("tools")
+    request = await harness.turns.submit(
+        conversation,
+        "hi",
+        model=harness.script(script),
+        body={"turn_config": {"tools": ["secret", spec]}},
+    )
+    # the client tool makes the turn wait for the client's result
+    [call] = await pending_calls(harness, conversation)
+    assert call["tool_name"] == "pick_color" and call["waiting_for"] == "client"
+    await harness.turns.submit_tool_result(conversation, call["tool_call_id"], "blue")
+    result = await harness.turns.wait(conversation, request)
     offered = json.loads(result.text.split("\n\n")[0])
     assert {"secret", "pick_color", "note", "get_weather"} <= set(offered)
-    assert "the secret is 42" in result.text
-    assert 'Tool "pick_color" runs on the client' in result.text
+    assert result.auto_continue
+    await wait_until(lambda: turns_done(harness, conversation, 2))
+    continued = (await harness.turns.state(conversation)).last_result
+    assert continued is not None and continued.continuation
+    assert "the secret is 42" in continued.text and "blue" in continued.text
     plain = await send(harness, "tools-plain", [{"text": "{request.tools}"}], {})
     assert "secret" not in json.loads(plain.text)
 
@@ -155,7 +169,7 @@ async def test_send_reasoning_false_keeps_reasoning_from_the_client(harness: Har
     assert [s["reasoning"] for s in steps] == ["let me think", "let me think"]
     chunk_types = [c["type"] for c in calls(harness, "on_chunk")]
     assert chunk_types.count("reasoning-delta") == 3  # the first turn's three words only
-    streams = await backend(harness)  # nor does the live chunk stream carry it
+    streams = await chunk_backend(harness)  # nor does the live chunk stream carry it
     try:
         for result, expected in ((shown, 3), (hidden, 0)):
             events = await streams.read(result.workflow_id)

@@ -5,23 +5,16 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from activities.streams import live_events, open_stream_backend
-from activities.streams.base import ChunkStreamBackend, StreamEvent
+from activities.streams import live_events
+from activities.streams.base import StreamEvent
 from tests.support.harness import Harness
-from tests.test_crash import turn_status, wait_until
-from tests.test_history_size import model_step_bytes
+from tests.support.history import model_step_bytes
+from tests.support.probes import chunk_backend, turn_status, wait_until
 
 WEATHER = [
     {"text": "Let me look.", "tool_calls": [{"name": "get_weather", "input": {"city": "Kyiv"}}]},
     {"text": "Forecast: {tool_result}."},
 ]
-
-
-async def backend(harness: Harness, url: str | None = None) -> ChunkStreamBackend:
-    streams = open_stream_backend(url or f"sqlite:///{harness.tmp / 'data' / 'chunks.db'}")
-    assert streams is not None
-    await streams.open()
-    return streams
 
 
 def text_of(events: list[StreamEvent]) -> str:
@@ -39,7 +32,7 @@ async def test_reader_sees_every_chunk_of_a_multi_step_turn_in_order(harness: Ha
     harness.start_worker()
     conversation = harness.conv("live")
     result = await harness.send(conversation, "weather?", model=harness.script(WEATHER))
-    streams = await backend(harness)
+    streams = await chunk_backend(harness)
     events = await streams.read(result.workflow_id)
     assert [e.offset for e in events] == list(range(len(events)))
     kinds = [e.type if e.type != "chunk" else e.data["type"] for e in events]
@@ -71,7 +64,7 @@ async def test_reader_resumes_from_its_offset_exactly_once(harness: Harness) -> 
         conversation, "go", model=harness.script([{"text": text, "delay_ms": 30}])
     )
     number = await harness.turns.turn_number(conversation, request)
-    streams = await backend(harness)
+    streams = await chunk_backend(harness)
     stream_id = f"{conversation}/turn-{number}"
     seen: list[StreamEvent] = []
     async for event in streams.follow(stream_id):
@@ -93,7 +86,7 @@ async def test_two_readers_see_the_same_sequence(harness: Harness) -> None:
         conversation, "go", model=harness.script([{"text": "a b c d e f", "delay_ms": 50}])
     )
     number = await harness.turns.turn_number(conversation, request)
-    streams = await backend(harness)
+    streams = await chunk_backend(harness)
 
     async def read_all() -> list[StreamEvent]:
         return [e async for e in streams.follow(f"{conversation}/turn-{number}")]
@@ -116,7 +109,7 @@ async def test_killed_worker_produces_a_reset_then_the_new_attempt(harness: Harn
     harness.start_worker()
     result = await asyncio.wait_for(harness.turns.wait(conversation, request), 60)
     assert result.status == "completed"
-    streams = await backend(harness)
+    streams = await chunk_backend(harness)
     events = await streams.read(result.workflow_id)
     resets = [e for e in events if e.type == "reset"]
     assert len(resets) == 1 and resets[0].attempt == 2
@@ -137,7 +130,7 @@ async def test_redis_backend_streams_a_turn(harness: Harness) -> None:
     harness.start_worker(TURNS_CHUNK_STREAM_URL=url)
     conversation = harness.conv("redis")
     result = await harness.send(conversation, "weather?", model=harness.script(WEATHER))
-    streams = await backend(harness, url)
+    streams = await chunk_backend(harness, url)
     events = await streams.read(result.workflow_id)
     assert events[-1].type == "turn-finish"
     assert text_of(events) == result.text
@@ -155,7 +148,7 @@ async def test_streaming_does_not_change_history_size(harness: Harness) -> None:
         await model_step_bytes(harness.client, r.workflow_id) for r in (r_on, r_off)
     ]
     assert abs(step_on - step_off) <= 16 and abs(turn_on - turn_off) <= 64, (turn_on, turn_off)
-    streams = await backend(harness)
+    streams = await chunk_backend(harness)
     assert await streams.read(r_off.workflow_id) == [], "streaming really was off"
     assert await streams.read(r_on.workflow_id) != []
     await streams.close()

@@ -3,16 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import urllib.request
 
 from tests.support.harness import Harness
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.probes import free_port
 
 
 async def test_prometheus_metrics_endpoint(harness: Harness) -> None:

@@ -8,30 +8,14 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 
 from tests.support.harness import Harness
-from tests.test_crash import wait_until
+from tests.support.history import activity_attempts
+from tests.support.probes import wait_until
 
 SLOW = "tests.support.slow_hooks:SlowHooks"
 WEATHER = [
     {"text": "Looking.", "tool_calls": [{"name": "get_weather", "input": {"city": "Lima"}}]},
     {"text": "Forecast: {tool_result}."},
 ]
-
-
-async def activity_attempts(harness: Harness, workflow_id: str, activity: str) -> list[int]:
-    """The attempt number recorded for each scheduled ``activity`` in a turn's history."""
-    history = await harness.client.get_workflow_handle(workflow_id).fetch_history()
-    scheduled = {
-        e.event_id
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-        and e.activity_task_scheduled_event_attributes.activity_type.name == activity
-    }
-    return [
-        e.activity_task_started_event_attributes.attempt
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        and e.activity_task_started_event_attributes.scheduled_event_id in scheduled
-    ]
 
 
 def marks(harness: Harness, hook: str) -> list[dict]:
