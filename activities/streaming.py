@@ -50,14 +50,26 @@ class StreamStalled(Exception):
 
 @dataclass
 class StepSnapshot:
-    """What one model step has produced so far."""
+    """What one model step has produced so far.
 
-    parts: list[Part] = field(default_factory=list)
+    Streamed text is kept as a list of pieces and joined only when ``parts`` is read, so a
+    long step costs the same per chunk as a short one (``str +=`` would copy it each time).
+    """
+
+    _parts: list[Part] = field(default_factory=list)
     finish: FinishChunk | None = None
     sources: list[SourcePart] = field(default_factory=list)
     chunks: int = 0
     _tool_inputs: dict[str, list[str]] = field(default_factory=dict)
+    _open: TextPart | ReasoningPart | None = None
+    """The part whose text is still streaming; its pieces are in ``_pieces``."""
+    _pieces: list[str] = field(default_factory=list)
     _reasoning_closed: bool = False
+
+    @property
+    def parts(self) -> list[Part]:
+        self._seal()
+        return self._parts
 
     @property
     def text(self) -> str:
@@ -67,28 +79,41 @@ class StepSnapshot:
     def tool_calls(self) -> list[ToolCallPart]:
         return [p for p in self.parts if isinstance(p, ToolCallPart)]
 
+    def _seal(self) -> None:
+        if self._open is not None and len(self._pieces) > 1:
+            self._pieces = ["".join(self._pieces)]
+        if self._open is not None and self._pieces:
+            self._open.text = self._pieces[0]
+
+    def _streaming(self, kind: type[TextPart] | type[ReasoningPart]) -> TextPart | ReasoningPart:
+        """The open part of ``kind`` that deltas extend, opening a new one when needed."""
+        current = self._open
+        if not isinstance(current, kind) or (kind is ReasoningPart and self._reasoning_closed):
+            self._close()
+            current = TextPart(text="") if kind is TextPart else ReasoningPart()
+            self._parts.append(current)
+            self._open, self._pieces, self._reasoning_closed = current, [], False
+        return current
+
+    def _close(self) -> None:
+        self._seal()
+        self._open, self._pieces = None, []
+
 
 def accumulate(snapshot: StepSnapshot, chunk: StreamPart) -> StepSnapshot:
     """Fold one stream part into the snapshot (in place, and returned)."""
-    parts = snapshot.parts
     match chunk:
         case TextDelta(text=text):
-            last = parts[-1] if parts else None
-            if isinstance(last, TextPart):
-                last.text += text
-            else:
-                parts.append(TextPart(text=text))
+            snapshot._streaming(TextPart)
+            snapshot._pieces.append(text)
         case ReasoningDelta():
-            last = parts[-1] if parts else None
-            if not isinstance(last, ReasoningPart) or snapshot._reasoning_closed:
-                last = ReasoningPart()
-                parts.append(last)
-                snapshot._reasoning_closed = False
-            last.text += chunk.text
+            part = snapshot._streaming(ReasoningPart)
+            assert isinstance(part, ReasoningPart)
+            snapshot._pieces.append(chunk.text)
             if chunk.signature:
-                last.signature = (last.signature or "") + chunk.signature
+                part.signature = (part.signature or "") + chunk.signature
             if chunk.redacted_data:
-                last.redacted_data = chunk.redacted_data
+                part.redacted_data = chunk.redacted_data
         case ReasoningEnd():
             snapshot._reasoning_closed = True  # the next reasoning delta opens a new part
         case ToolInputStart(tool_call_id=call_id):
@@ -97,7 +122,8 @@ def accumulate(snapshot: StepSnapshot, chunk: StreamPart) -> StepSnapshot:
             snapshot._tool_inputs.setdefault(call_id, []).append(delta)
         case ToolCallChunk():
             snapshot._tool_inputs.pop(chunk.tool_call_id, None)
-            parts.append(
+            snapshot._close()
+            snapshot._parts.append(
                 ToolCallPart(
                     tool_call_id=chunk.tool_call_id,
                     tool_name=chunk.tool_name,

@@ -22,6 +22,7 @@ Point a worker at a module of tools with ``--tools module`` (env ``TURNS_TOOLS``
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from collections.abc import Awaitable, Callable
@@ -72,8 +73,9 @@ class Tool:
     def streaming(self) -> bool:
         return self.fn is not None and inspect.isasyncgenfunction(self.fn)
 
-    @property
+    @functools.cached_property
     def spec(self) -> ToolSpec:
+        """What the model sees (built once: every model step offers it)."""
         schema = self.input_model.model_json_schema()
         schema.pop("title", None)
         return ToolSpec(name=self.name, description=self.description, input_schema=schema)
