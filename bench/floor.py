@@ -1,0 +1,135 @@
+"""The Temporal floor: bare workflows with no-op activities, in the engine's shape.
+
+``FloorConversation`` mirrors ``ConversationWorkflow`` (an update-with-start, one "open"
+activity when it starts, then one child workflow per request); ``FloorTurn`` mirrors
+``TurnWorkflow`` (its activities one after another). The activities do nothing and carry
+a few bytes, so what a floor turn costs is what Temporal itself costs for that shape.
+
+    python -m bench.floor TASK_QUEUE      a floor worker process (env TEMPORAL_ADDRESS)
+
+Only temporalio is imported here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from collections import deque
+from datetime import timedelta
+from typing import Any
+
+from temporalio import activity, workflow
+from temporalio.client import Client, WithStartWorkflowOperation
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.worker import Worker
+
+TIMEOUT = timedelta(minutes=2)
+
+
+@activity.defn(name="floor_noop")
+async def noop(step: int) -> int:
+    return step
+
+
+@workflow.defn(name="FloorTurn")
+class FloorTurn:
+    @workflow.run
+    async def run(self, activities: int) -> int:
+        for i in range(activities):
+            await workflow.execute_activity(noop, i, start_to_close_timeout=TIMEOUT)
+        return activities
+
+
+@workflow.defn(name="FloorConversation")
+class FloorConversation:
+    def __init__(self) -> None:
+        self._queue: deque[tuple[str, int]] = deque()
+        self._done: dict[str, int] = {}
+        self._turns = 0
+
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.execute_activity(noop, 0, start_to_close_timeout=TIMEOUT)  # "open"
+        while True:
+            await workflow.wait_condition(lambda: bool(self._queue))
+            request_id, activities = self._queue.popleft()
+            self._turns += 1
+            self._done[request_id] = await workflow.execute_child_workflow(
+                FloorTurn.run, activities, id=f"{workflow.info().workflow_id}/turn-{self._turns}"
+            )
+
+    @workflow.update(name="send")
+    async def send(self, request: dict[str, Any]) -> int:
+        request_id = str(request["request_id"])
+        self._queue.append((request_id, int(request["activities"])))
+        await workflow.wait_condition(lambda: request_id in self._done)
+        return self._done.pop(request_id)
+
+
+@workflow.defn(name="FloorCall")
+class FloorCall:
+    """Runs one activity by name (lets a benchmark time code inside a real activity)."""
+
+    @workflow.run
+    async def run(self, name: str, arg: Any) -> Any:
+        return await workflow.execute_activity(name, arg, start_to_close_timeout=TIMEOUT)
+
+
+WORKFLOWS = [FloorTurn, FloorConversation, FloorCall]
+
+
+def floor_worker(client: Client, task_queue: str, activities: list[Any] | None = None) -> Worker:
+    """Same concurrency limits as the engine's worker (``worker.running_worker``)."""
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=WORKFLOWS,
+        activities=[noop, *(activities or [])],
+        max_concurrent_activities=200,
+    )
+
+
+async def send(
+    client: Client, task_queue: str, conversation: str, request_id: str, activities: int
+) -> int:
+    """One floor turn: the same client call as ``TurnsClient.send`` (update-with-start)."""
+    op = WithStartWorkflowOperation(
+        FloorConversation.run,
+        id=conversation,
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+    return await client.execute_update_with_start_workflow(
+        "send",
+        {"request_id": request_id, "activities": activities},
+        start_workflow_operation=op,
+        result_type=int,
+    )
+
+
+async def bare(client: Client, task_queue: str, workflow_id: str, activities: int) -> int:
+    """A bare workflow: ``activities`` no-op activities, no parent."""
+    return await client.execute_workflow(
+        FloorTurn.run, activities, id=workflow_id, task_queue=task_queue
+    )
+
+
+async def _serve(task_queue: str) -> None:
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    client = await Client.connect(
+        os.environ["TEMPORAL_ADDRESS"], data_converter=pydantic_data_converter
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with floor_worker(client, task_queue):
+        print("floor worker ready", flush=True)
+        await stop.wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(_serve(sys.argv[1]))
