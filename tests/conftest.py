@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -14,6 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import FAST_DYNAMIC_CONFIG, temporal_binary
+from tests.llm_server import LLMServer
 from tests.support.harness import Harness
 
 # Conversations are told to continue-as-new after 60 history events (production: 4,096), so
@@ -46,6 +47,20 @@ def client(temporal_env: WorkflowEnvironment) -> Client:
 @pytest.fixture(scope="session")
 def temporal_address(client: Client) -> str:
     return client.service_client.config.target_host
+
+
+@pytest.fixture(scope="session")
+def llm_server_session() -> Iterator[LLMServer]:
+    """The local server that replays recorded Anthropic and OpenAI wire traffic."""
+    with LLMServer() as server:
+        yield server
+
+
+@pytest.fixture
+def server(llm_server_session: LLMServer) -> LLMServer:
+    """The replay server, with its script and recorded requests cleared."""
+    llm_server_session.reset()
+    return llm_server_session
 
 
 @pytest.fixture

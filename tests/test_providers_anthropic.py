@@ -7,7 +7,7 @@ cover the SDK's SSE parsing and error construction as well as our mapping.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -45,18 +45,6 @@ WEATHER = ToolSpec(
     description="Weather for a city",
     input_schema={"type": "object", "properties": {"location": {"type": "string"}}},
 )
-
-
-@pytest.fixture(scope="module")
-def module_server() -> Iterator[LLMServer]:
-    with LLMServer() as server:
-        yield server
-
-
-@pytest.fixture
-def server(module_server: LLMServer) -> LLMServer:
-    module_server.reset()
-    return module_server
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -39,18 +39,6 @@ WEATHER = ToolSpec(
     description="Weather for a city",
     input_schema={"type": "object", "properties": {"city": {"type": "string"}}},
 )
-
-
-@pytest.fixture(scope="module")
-def module_server() -> Iterator[LLMServer]:
-    with LLMServer() as server:
-        yield server
-
-
-@pytest.fixture
-def server(module_server: LLMServer) -> LLMServer:
-    module_server.reset()
-    return module_server
 
 
 @pytest.fixture
