@@ -675,6 +675,7 @@ class TurnActivities:
             continuation=turn.continuation,
             error=error,
             usage=sum((s.usage for s in steps), Usage()),
+            respond=self.lifecycle.overrides("on_chat_response"),
         )
 
     @activity.defn(name="chat_response")

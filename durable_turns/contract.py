@@ -160,6 +160,8 @@ class TurnResult(_Wire):
     error: ErrorInfo | None = None
     auto_continue: bool = False
     """Client tool results or approvals arrived: the conversation continues the turn."""
+    respond: bool = True
+    """False when the worker's hooks do not override ``on_chat_response``: no activity runs."""
 
 
 class RequestRecord(_Wire):

@@ -140,6 +140,8 @@ async def test_continue_without_an_assistant_message_is_skipped(harness: Harness
     request = await harness.turns.continue_last_turn(conversation)
     skipped = await harness.turns.wait(conversation, request)
     assert skipped.status == "skipped"
+    # the turn's result is final before the conversation has recorded it: wait for that
+    await wait_until(lambda: _recorded(harness, conversation, 2))
     state = await harness.turns.state(conversation)
     assert [r.status for r in state.recent] == ["error", "skipped"]
     messages = await (await harness.store()).messages(conversation)
@@ -183,6 +185,10 @@ async def test_cancel_the_running_turn(harness: Harness) -> None:
     # the conversation goes on
     after = await harness.send(conversation, "again", model="demo:echo")
     assert after.status == "completed" and after.turn_number == 2
+
+
+async def _recorded(harness: Harness, conversation: str, count: int) -> bool:
+    return len((await harness.turns.state(conversation)).recent) >= count
 
 
 async def _running(harness: Harness, conversation: str) -> bool:

@@ -144,7 +144,7 @@ class ConversationWorkflow:
             self._records[follow.request_id] = RequestRecord(
                 request_id=follow.request_id, kind="continue"
             )
-        if result.status != "skipped":
+        if result.status != "skipped" and result.respond:
             task = asyncio.create_task(self._respond(result))
             self._responses.add(task)
             task.add_done_callback(self._responses.discard)

@@ -97,7 +97,7 @@ class TurnWorkflow:
         result = await self._run_turn(inp, ref)
         workflow.upsert_search_attributes([TURN_STATUS.value_set(result.status)])
         workflow.set_current_details(_details(result))
-        if workflow.info().parent is None:
+        if workflow.info().parent is None and result.respond:
             # Started directly: no conversation will run on_chat_response for us.
             await workflow.execute_activity(
                 "chat_response",
