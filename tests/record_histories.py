@@ -7,10 +7,13 @@ conversation's and its turns' histories to ``tests/histories/NAME*.json``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
@@ -19,6 +22,31 @@ from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import temporal_binary
 from tests.support.harness import Harness
 from tests.test_replay import HISTORIES, record
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _portable(value: Any, key: str = "") -> Any:
+    """The history without this machine's paths (stack traces, script files), payloads too."""
+    if isinstance(value, dict):
+        return {k: _portable(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_portable(v, key) for v in value]
+    if not isinstance(value, str):
+        return value
+    if key == "data":  # a payload: base64 of JSON
+        try:
+            text = base64.b64decode(value, validate=True).decode()
+        except ValueError:
+            return value
+        cleaned = _strip_paths(text)
+        return value if cleaned == text else base64.b64encode(cleaned.encode()).decode()
+    return _strip_paths(value)
+
+
+def _strip_paths(text: str) -> str:
+    text = text.replace(f"{ROOT}/", "")
+    return re.sub(r"/tmp/tmp\w+/", "scripts/", text)
 
 
 async def main(name: str) -> None:
@@ -34,7 +62,7 @@ async def main(name: str) -> None:
         harness.start_worker()
         for history in await record(harness, name):
             path = HISTORIES / f"{history.workflow_id.replace('/', '__')}.json"
-            path.write_text(json.dumps(history.to_json_dict()))
+            path.write_text(json.dumps(_portable(history.to_json_dict())))
             print(f"wrote {path}")
         await harness.close()
     finally:
