@@ -134,7 +134,9 @@ async def embedded_server_if_needed(settings: Settings) -> AsyncIterator[Embedde
     if not settings.embedded:
         yield None
         return
-    server = EmbeddedServer(settings.data_dir, port=settings.embedded_port, ui_port=settings.ui_port)
+    server = EmbeddedServer(
+        settings.data_dir, port=settings.embedded_port, ui_port=settings.ui_port
+    )
     await server.start()
     log.info("embedded Temporal dev server on %s, UI at %s", server.address, server.ui_url)
     try:

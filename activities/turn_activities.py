@@ -456,10 +456,6 @@ class TurnActivities:
         ctx = ChatErrorContext(stage="stream", request_id=ref.request_id, messages_persisted=True)
         return await self.lifecycle.classify(error, ctx) == "context_overflow"
 
-    def _chunk_callback(self, inp: ModelStepInput) -> OnChunk | None:
-        """A model step's per-chunk dispatch (``bench/chunks.py`` measures it)."""
-        return self.lifecycle.chunk_handler(inp.step, inp.turn.request_id)
-
     # --- tool call -------------------------------------------------------------------------
 
     @activity.defn(name="tool_call")

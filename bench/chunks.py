@@ -5,7 +5,7 @@ through ``consume()``, one generator per model step:
 
 * steps of 4,000 chunks (a long answer) with no ``on_chunk`` (what the engine does when no
   hook overrides it), with a no-op ``on_chunk`` coroutine (the target: ≥ 20,000 chunks/s),
-  and with the engine's own dispatch (``TurnActivities._chunk_callback`` to a ``TurnHooks``
+  and with the engine's own dispatch (``TurnActivities.lifecycle.chunk_handler`` to a ``TurnHooks``
   subclass whose ``on_chunk`` does nothing: a ``ChunkContext`` per chunk);
 * one step of 100,000 chunks with the no-op ``on_chunk`` (does the cost per chunk stay flat
   as a step grows?);
@@ -52,9 +52,8 @@ async def stream(items: list[StreamPart]) -> AsyncIterator[StreamPart]:
 
 
 def engine_on_chunk() -> Any:
-    """The engine's per-chunk dispatch (``TurnActivities._chunk_callback``) to a no-op hook."""
+    """The engine's per-chunk dispatch (``TurnActivities.lifecycle.chunk_handler``) to a no-op hook."""
     from activities.turn_activities import TurnActivities
-    from durable_turns.contract import ModelStepInput, TurnRef
     from hooks import TurnHooks
     from hooks.types import ChunkContext
 
@@ -63,8 +62,7 @@ def engine_on_chunk() -> Any:
             return None
 
     acts = TurnActivities(None, None, None, NoopChunkHooks(), Settings())  # type: ignore[arg-type]
-    ref = TurnRef(conversation_id="bench", turn_number=1, request_id="bench")
-    return acts._chunk_callback(ModelStepInput(turn=ref, step=0, model="demo:bench"))
+    return acts.lifecycle.chunk_handler(step=0, request_id="bench")
 
 
 async def _noop(chunk: StreamPart) -> None:

@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import json
 import sys
-import uuid
 from typing import Any
 
 from durable_turns.client import TurnsClient
@@ -203,10 +202,6 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         code = 130
     sys.exit(code)
-
-
-def new_conversation_id(prefix: str = "conv") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
 if __name__ == "__main__":
