@@ -28,14 +28,19 @@ _TYPES: dict[str, Any] = {
 _FENCE = re.compile(r"^```(?:json)?\s*\n(.*)\n```$", re.DOTALL)
 
 
-def check_output(text: str, schema: dict[str, Any]) -> str | None:
-    """None when ``text`` is JSON valid against ``schema``, else what is wrong."""
+def parse_output(text: str) -> Any:
+    """The final answer as JSON (a ```json fence around it is allowed); raises ValueError."""
     body = text.strip()
     fenced = _FENCE.match(body)
     if fenced:
         body = fenced.group(1)
+    return json.loads(body)
+
+
+def check_output(text: str, schema: dict[str, Any]) -> str | None:
+    """None when ``text`` is JSON valid against ``schema``, else what is wrong."""
     try:
-        value = json.loads(body)
+        value = parse_output(text)
     except json.JSONDecodeError as e:
         return f"the final text is not JSON ({e.msg} at position {e.pos}): {text[:200]!r}"
     problems = schema_errors(value, schema, schema)

@@ -26,7 +26,7 @@ from activities.models import ModelProvider, ModelRegistry, ModelRequest, Provid
 from activities.store import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
 from activities.streaming import StepSnapshot, StreamStalled, consume
 from activities.streams import ChunkPublisher, ChunkStreamBackend
-from activities.structured_output import OUTPUT_ERROR, check_output
+from activities.structured_output import OUTPUT_ERROR, check_output, parse_output
 from activities.tool_calls import jsonable, run_tool_call
 from activities.transforms import UnknownTransform, apply_transforms, resolve_transforms
 from durable_turns.config import Settings
@@ -574,10 +574,13 @@ class TurnActivities:
             async with keep_alive(self._beat_every):
                 await self.lifecycle.on_step_finish(last)
             schema = ctx_build.turn_config(turn).output
-            problem = check_output(last.text, schema) if schema is not None else None
-            if problem:
-                error = ErrorInfo(type=OUTPUT_ERROR, message=problem, stage="stream")
-                return await self._failed(turn, steps, results, error, messages_persisted=True)
+            if schema is not None:
+                problem = check_output(last.text, schema)
+                if problem:
+                    error = ErrorInfo(type=OUTPUT_ERROR, message=problem, stage="stream")
+                    return await self._failed(turn, steps, results, error, messages_persisted=True)
+                result = await self._close(turn, steps, results, inp.status, inp.error)
+                return result.model_copy(update={"output": parse_output(last.text)})
         return await self._close(turn, steps, results, inp.status, inp.error)
 
     @activity.defn(name="fail_turn")

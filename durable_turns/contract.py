@@ -160,6 +160,8 @@ class TurnResult(_Wire):
     error: ErrorInfo | None = None
     auto_continue: bool = False
     """Client tool results or approvals arrived: the conversation continues the turn."""
+    output: Any = None
+    """The final answer parsed as JSON, when ``TurnConfig.output`` asked for structured output."""
     respond: bool = True
     """False when the worker's hooks do not override ``on_chat_response``: no activity runs."""
 

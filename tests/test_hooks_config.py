@@ -223,6 +223,9 @@ async def test_structured_output_is_checked(harness: Harness) -> None:
         harness, "out-good", [{"text": '{"severity": "high", "score": 3}'}], {"output": schema}
     )
     assert good.status == "completed" and json.loads(good.text) == {"severity": "high", "score": 3}
+    assert good.output == {"severity": "high", "score": 3}, (
+        "the parsed answer comes with the result"
+    )
     bad = await send(
         harness, "out-bad", [{"text": '{"severity": "high", "score": "x"}'}], {"output": schema}
     )
