@@ -1,7 +1,7 @@
-"""Error types that cross the activity boundary (``ApplicationError.type``).
+"""The typed failures activities raise (``ApplicationError`` with a ``type``).
 
-The workflow reads ``err.cause.type`` to decide what to do; these names are persisted in
-history, so keep them stable.
+The type names live in ``durable_turns.contract``, beside the workflow's retry policies
+that name them; this module builds the errors.
 """
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ from datetime import timedelta
 from temporalio.exceptions import ApplicationError
 
 from activities.models.base import ProviderError
-
-PROVIDER_TRANSIENT = "ProviderTransientError"
-PROVIDER_ERROR = "ProviderError"
-STREAM_STALLED = "StreamStalled"
-HOOK_ERROR = "HookError"
-INVALID_REQUEST = "InvalidRequest"
-INVALID_MODEL = "InvalidModel"
+from durable_turns.contract import (  # noqa: F401 - re-exported for the activities
+    HOOK_ERROR,
+    INVALID_MODEL,
+    INVALID_REQUEST,
+    PROVIDER_ERROR,
+    PROVIDER_TRANSIENT,
+    STREAM_STALLED,
+)
 
 
 def provider_failure(error: ProviderError) -> ApplicationError:

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from activities.lifecycle import Lifecycle
-from durable_turns.contract import ToolResolution
+from durable_turns.contract import ToolResolution, validation_problems
 from durable_turns.tools import Tool, ToolContext, ToolRegistry
 from hooks.types import ToolCallContext, ToolCallDecision
 
@@ -111,7 +111,4 @@ def _short_circuit(decision: ToolCallDecision, tool_name: str) -> ToolRun:
 
 
 def invalid_args(tool: Tool, error: ValidationError) -> str:
-    problems = "; ".join(
-        f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()
-    )
-    return f'Invalid arguments for tool "{tool.name}": {problems}'
+    return f'Invalid arguments for tool "{tool.name}": {validation_problems(error)}'

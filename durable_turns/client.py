@@ -30,6 +30,7 @@ from durable_turns.contract import (
     SIGNAL_TOOL_RESULT,
     UPDATE_SEND,
     ConversationState,
+    RequestRecord,
     TurnResult,
     turn_id,
     turn_workflow_id,
@@ -175,40 +176,40 @@ class TurnsClient:
 
     async def wait(self, conversation_id: str, request_id: str, poll_s: float = 0.1) -> TurnResult:
         """The result of a submitted request, once its turn has run."""
+        record = await self._started(conversation_id, request_id, poll_s)
+        if record.turn_number is None:  # cancelled or rejected before it ever ran
+            return TurnResult(
+                request_id=request_id,
+                conversation_id=conversation_id,
+                turn_number=0,
+                workflow_id="",
+                status="aborted" if record.status == "aborted" else "error",
+                error=record.error,
+            )
+        handle = self.client.get_workflow_handle(
+            turn_workflow_id(conversation_id, record.turn_number), result_type=TurnResult
+        )
         while True:
-            state = await self.state(conversation_id)
-            records = [*state.recent, *([state.running] if state.running else [])]
-            record = next((r for r in records if r.request_id == request_id), None)
-            if record is not None and record.turn_number is not None:
-                handle = self.client.get_workflow_handle(
-                    turn_workflow_id(conversation_id, record.turn_number), result_type=TurnResult
-                )
-                try:
-                    return await handle.result()
-                except RPCError as e:  # started a moment ago: not visible yet
-                    if e.status != RPCStatusCode.NOT_FOUND:
-                        raise
-            if record is not None and record.status in FINAL:
-                return TurnResult(
-                    request_id=request_id,
-                    conversation_id=conversation_id,
-                    turn_number=0,
-                    workflow_id="",
-                    status="aborted" if record.status == "aborted" else "error",
-                    error=record.error,
-                )
+            try:
+                return await handle.result()
+            except RPCError as e:  # started a moment ago: not visible yet
+                if e.status != RPCStatusCode.NOT_FOUND:
+                    raise
             await asyncio.sleep(poll_s)
 
     async def turn_number(self, conversation_id: str, request_id: str, poll_s: float = 0.05) -> int:
         """The turn a request runs as, once it has started (0 if it never will)."""
+        record = await self._started(conversation_id, request_id, poll_s)
+        return record.turn_number or 0
+
+    async def _started(self, conversation_id: str, request_id: str, poll_s: float) -> RequestRecord:
+        """A request's record once it has a turn, or once it ended without one."""
         while True:
             state = await self.state(conversation_id)
             records = [*state.recent, *([state.running] if state.running else [])]
             record = next((r for r in records if r.request_id == request_id), None)
-            if record is not None and record.turn_number is not None:
-                return record.turn_number
-            if record is not None and record.status in FINAL:
-                return 0
+            if record is not None and (record.turn_number is not None or record.status in FINAL):
+                return record
             await asyncio.sleep(poll_s)
 
     async def chunks(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from temporalio.common import SearchAttributeKey
 
 from durable_turns.messages import Message, Usage
@@ -38,6 +38,15 @@ DEFAULT_MODEL = "demo:weather"
 MAX_REQUEST_BYTES = 256 * 1024
 """A client request larger than this is rejected: it would bloat history toward 2 MB."""
 
+# Error types that cross the activity boundary (``ApplicationError.type``); the workflow's
+# retry policies name them, so they are persisted compatibility data too.
+PROVIDER_TRANSIENT = "ProviderTransientError"
+PROVIDER_ERROR = "ProviderError"
+STREAM_STALLED = "StreamStalled"
+HOOK_ERROR = "HookError"
+INVALID_REQUEST = "InvalidRequest"
+INVALID_MODEL = "InvalidModel"
+
 CONTINUE_PROMPT = (
     "Continue your previous response from exactly where it left off. Do not repeat any of it."
 )
@@ -47,6 +56,14 @@ CONVERSATION_ID = SearchAttributeKey.for_keyword("ConversationId")
 TURN_STATUS = SearchAttributeKey.for_keyword("TurnStatus")
 TURN_MODEL = SearchAttributeKey.for_keyword("TurnModel")
 SEARCH_ATTRIBUTES = (CONVERSATION_ID, TURN_STATUS, TURN_MODEL)
+
+
+def validation_problems(error: ValidationError, limit: int | None = None) -> str:
+    """A pydantic error as one line a client (or a model) can act on: ``field: problem; …``."""
+    return "; ".join(
+        f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {e['msg']}"
+        for e in error.errors()[:limit]
+    )
 
 
 def turn_workflow_id(conversation_id: str, turn_number: int) -> str:

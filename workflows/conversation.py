@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         TurnInput,
         TurnResult,
         turn_workflow_id,
+        validation_problems,
     )
     from durable_turns.messages import Message
     from workflows import options
@@ -385,10 +386,7 @@ class ConversationWorkflow:
 
 
 def _explain(error: ValidationError) -> str:
-    problems = "; ".join(
-        f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {e['msg']}" for e in error.errors()[:5]
-    )
-    return f"malformed request: {problems}"
+    return f"malformed request: {validation_problems(error, limit=5)}"
 
 
 def _summary(number: int, conversation_id: str, model: str | None, continuation: bool) -> str:

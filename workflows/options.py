@@ -10,14 +10,20 @@ from datetime import timedelta
 
 from temporalio.common import RetryPolicy
 
-from durable_turns.contract import TurnPlan
+from durable_turns.contract import (
+    HOOK_ERROR,
+    INVALID_MODEL,
+    INVALID_REQUEST,
+    PROVIDER_ERROR,
+    TurnPlan,
+)
 
 BEGIN_HEARTBEAT = timedelta(seconds=10)
 """begin_turn runs before the plan (and its heartbeat timeout) is known."""
 
 SHORT = timedelta(minutes=2)
 
-HOOK_ERRORS = ["HookError", "InvalidModel", "InvalidRequest"]
+HOOK_ERRORS = [HOOK_ERROR, INVALID_MODEL, INVALID_REQUEST]
 
 BOOKKEEPING_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=500),
@@ -35,7 +41,7 @@ def model_retry(plan: TurnPlan) -> RetryPolicy:
         backoff_coefficient=2.0,
         maximum_interval=timedelta(seconds=30),
         maximum_attempts=plan.max_retries + 1,
-        non_retryable_error_types=[*HOOK_ERRORS, "ProviderError"],
+        non_retryable_error_types=[*HOOK_ERRORS, PROVIDER_ERROR],
     )
 
 
