@@ -1,1 +1,35 @@
-"""Everything that does I/O: model steps, tool calls, the transcript store, the providers."""
+"""Everything that does I/O in a turn: one module per activity, over the shared ``ActivityDeps``.
+
+Each activity takes ids and small deltas, loads what it needs from the store, calls the
+hooks of its boundary (through ``Lifecycle``) and writes idempotently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from durable_turns.activities.begin import BeginActivities
+from durable_turns.activities.compact import CompactActivities
+from durable_turns.activities.conversation import ConversationActivities
+from durable_turns.activities.deps import ActivityDeps
+from durable_turns.activities.finish import FinishActivities
+from durable_turns.activities.model_step import ModelStepActivities
+from durable_turns.activities.tool_call import ToolCallActivities
+
+__all__ = ["ActivityDeps", "all_activities"]
+
+
+def all_activities(deps: ActivityDeps) -> list[Callable[..., Any]]:
+    """Every activity of a turn, bound to one worker's dependencies."""
+    finish = FinishActivities(deps)
+    return [
+        ConversationActivities(deps).open_conversation,
+        BeginActivities(deps).begin_turn,
+        ModelStepActivities(deps).model_step,
+        ToolCallActivities(deps).tool_call,
+        CompactActivities(deps).compact,
+        finish.finish_turn,
+        finish.fail_turn,
+        finish.chat_response,
+    ]

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from activities.models import ModelRegistry, ModelRequest
 from durable_turns.contract import CompactResult
+from durable_turns.hooks.session import Session
 from durable_turns.messages import Message, TextDelta, TextPart, user_message
-from hooks.session import Session
+from durable_turns.models import ModelRegistry, ModelRequest
 
 SUMMARY_PROMPT = (
     "Summarise the conversation below for your own later use: keep every fact, decision,"

@@ -6,9 +6,9 @@ independent of conversation size: activities receive ids, never the context.
 
 from __future__ import annotations
 
-from activities.compaction import apply_compaction
-from activities.store import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
+from durable_turns.activities.compaction import apply_compaction
 from durable_turns.contract import CONTINUE_PROMPT
+from durable_turns.hooks.types import StepResult, TurnConfig
 from durable_turns.messages import (
     Message,
     Part,
@@ -18,7 +18,7 @@ from durable_turns.messages import (
     ToolCallPart,
     ToolResultPart,
 )
-from hooks.types import StepResult, TurnConfig
+from durable_turns.store import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
 
 
 def assistant_message_id(turn_id: str) -> str:

@@ -10,7 +10,6 @@ from datetime import timedelta
 
 from temporalio.exceptions import ApplicationError
 
-from activities.models.base import ProviderError
 from durable_turns.contract import (  # noqa: F401 - re-exported for the activities
     HOOK_ERROR,
     INVALID_MODEL,
@@ -19,6 +18,7 @@ from durable_turns.contract import (  # noqa: F401 - re-exported for the activit
     PROVIDER_TRANSIENT,
     STREAM_STALLED,
 )
+from durable_turns.models.base import ProviderError
 
 
 def provider_failure(error: ProviderError) -> ApplicationError:

@@ -20,10 +20,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from temporalio import activity
 
-from activities.errors import hook_failure
-from durable_turns.messages import StreamPart
-from hooks.base import TurnHooks, overrides
-from hooks.extensions import (
+from durable_turns.activities.errors import hook_failure
+from durable_turns.hooks.base import TurnHooks, overrides
+from durable_turns.hooks.extensions import (
     Extensions,
     chunk_snapshot,
     step_snapshot,
@@ -31,7 +30,7 @@ from hooks.extensions import (
     tool_result_snapshot,
     turn_snapshot,
 )
-from hooks.types import (
+from durable_turns.hooks.types import (
     ChatErrorClassification,
     ChatErrorContext,
     ChatResponseResult,
@@ -45,6 +44,7 @@ from hooks.types import (
     TurnConfig,
     TurnContext,
 )
+from durable_turns.messages import StreamPart
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -10,11 +10,10 @@ first token is not mistaken for a dead one (the stall timeout decides that).
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, assert_never
+from typing import assert_never
 
 from durable_turns.messages import (
     FinishChunk,
@@ -141,16 +140,6 @@ def accumulate(snapshot: StepSnapshot, chunk: StreamPart) -> StepSnapshot:
             assert_never(chunk)
     snapshot.chunks += 1
     return snapshot
-
-
-def parse_tool_input(raw: str) -> tuple[Any, str | None]:
-    """Parse streamed tool-call arguments: (value, None) or (raw text, error)."""
-    if not raw.strip():
-        return {}, None
-    try:
-        return json.loads(raw), None
-    except json.JSONDecodeError as e:
-        return raw, f"tool input is not valid JSON: {e}"
 
 
 OnChunk = Callable[[StreamPart], Awaitable[None]]

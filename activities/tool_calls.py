@@ -14,10 +14,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from activities.lifecycle import Lifecycle
+from durable_turns.activities.lifecycle import Lifecycle
 from durable_turns.contract import ToolResolution, validation_problems
+from durable_turns.hooks.types import ToolCallContext, ToolCallDecision
 from durable_turns.tools import Tool, ToolContext, ToolRegistry
-from hooks.types import ToolCallContext, ToolCallDecision
 
 INTERRUPTED = "The tool call was interrupted before a result was recorded."
 

@@ -45,9 +45,9 @@ LIMIT_S = {"1": 180, "2": 120, "3": 720, "4": 240, "5": 180, "6": 1200}
 @contextlib.asynccontextmanager
 async def in_process_workers(b: Bench) -> AsyncIterator[None]:
     """The engine's worker (``worker.running_worker``) and a floor worker, in this process."""
-    from activities.store import open_store
     from durable_turns.config import Settings
-    from worker import running_worker
+    from durable_turns.runtime import running_worker
+    from durable_turns.store import open_store
 
     tag = uuid.uuid4().hex[:6]
     settings = Settings(
@@ -90,7 +90,7 @@ async def guarded(
 
 async def main(args: argparse.Namespace) -> int:
     from durable_turns.config import Settings
-    from worker import connect
+    from durable_turns.runtime import connect
 
     # SIGTERM unwinds like Ctrl-C, so the server and the worker processes are stopped.
     task = asyncio.current_task()

@@ -28,8 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from activities.streams import ChunkPublisher, ChunkStreamBackend, open_stream_backend
 from durable_turns.messages import TextDelta
+from durable_turns.streams import ChunkPublisher, ChunkStreamBackend, open_stream_backend
 
 
 async def one_run(backend: ChunkStreamBackend, chunks: int, burst: int) -> tuple[float, float, int]:

@@ -5,7 +5,7 @@ through ``consume()``, one generator per model step:
 
 * steps of 4,000 chunks (a long answer) with no ``on_chunk`` (what the engine does when no
   hook overrides it), with a no-op ``on_chunk`` coroutine (the target: ≥ 20,000 chunks/s),
-  and with the engine's own dispatch (``TurnActivities.lifecycle.chunk_handler`` to a ``TurnHooks``
+  and with the engine's own dispatch (``Lifecycle.chunk_handler`` to a ``TurnHooks``
   subclass whose ``on_chunk`` does nothing: a ``ChunkContext`` per chunk);
 * one step of 100,000 chunks with the no-op ``on_chunk`` (does the cost per chunk stay flat
   as a step grows?);
@@ -25,14 +25,14 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.streaming import consume
 from bench.common import Bench, Row, activity_spans, median, script
+from durable_turns.activities.streaming import consume
 from durable_turns.client import TurnsClient
 from durable_turns.config import Settings
 from durable_turns.messages import StreamPart, TextDelta
 
 TARGET = 20_000
-ENGINE_BEAT_EVERY = max(Settings().heartbeat_timeout_s / 4, 0.05)  # TurnActivities._beat_every
+ENGINE_BEAT_EVERY = max(Settings().heartbeat_timeout_s / 4, 0.05)  # ActivityDeps.beat_every
 STEP = 4_000
 LONG_STEP = 100_000
 
@@ -52,17 +52,16 @@ async def stream(items: list[StreamPart]) -> AsyncIterator[StreamPart]:
 
 
 def engine_on_chunk() -> Any:
-    """The engine's per-chunk dispatch (``TurnActivities.lifecycle.chunk_handler``) to a no-op hook."""
-    from activities.turn_activities import TurnActivities
-    from hooks import TurnHooks
-    from hooks.types import ChunkContext
+    """The engine's per-chunk dispatch (``Lifecycle.chunk_handler``) to a no-op hook."""
+    from durable_turns.activities.lifecycle import Lifecycle
+    from durable_turns.hooks import TurnHooks
+    from durable_turns.hooks.types import ChunkContext
 
     class NoopChunkHooks(TurnHooks):
         async def on_chunk(self, ctx: ChunkContext) -> None:
             return None
 
-    acts = TurnActivities(None, None, None, NoopChunkHooks(), Settings())  # type: ignore[arg-type]
-    return acts.lifecycle.chunk_handler(step=0, request_id="bench")
+    return Lifecycle(NoopChunkHooks()).chunk_handler(step=0, request_id="bench")
 
 
 async def _noop(chunk: StreamPart) -> None:

@@ -81,12 +81,12 @@ async def one_crash(
 
 
 def sticky_setting() -> str:
-    import worker
+    from durable_turns import runtime
 
-    timeout = getattr(worker, "STICKY_TIMEOUT", None)
+    timeout = getattr(runtime, "STICKY_TIMEOUT", None)
     if timeout is None:
         return "the SDK's sticky_queue_schedule_to_start_timeout, 10 s by default"
-    return f"worker.py's sticky_queue_schedule_to_start_timeout is {timeout.total_seconds():g} s"
+    return f"the worker's sticky_queue_schedule_to_start_timeout is {timeout.total_seconds():g} s"
 
 
 def sticky_wait(history: History) -> float:

@@ -100,7 +100,7 @@ async def state(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def transcript(args: argparse.Namespace, settings: Settings) -> int:
-    from activities.store import open_store
+    from durable_turns.store import open_store
 
     async with open_store(settings.resolved_store_url) as store:
         for message in await store.messages(args.conversation):
@@ -147,7 +147,7 @@ async def demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    import worker
+    from durable_turns import runtime
 
     p = argparse.ArgumentParser(
         prog="turns", description="durable-turns: every chat turn a Temporal workflow"
@@ -155,7 +155,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     w = sub.add_parser("worker", help="run a worker")
-    worker.add_worker_arguments(w)
+    runtime.add_worker_arguments(w)
     sub.add_parser("server", help="run only the embedded Temporal dev server")
     d = sub.add_parser("demo", help="run the offline demo end to end")
     d.add_argument("--keep", action="store_true", help="keep the server and UI up until Ctrl-C")
@@ -192,9 +192,9 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     if args.command == "worker":
-        import worker
+        from durable_turns import runtime
 
-        worker.main(argv[1:] if argv else sys.argv[2:])
+        runtime.main(argv[1:] if argv else sys.argv[2:])
         return
     settings = Settings.from_env()
     try:

@@ -38,7 +38,7 @@ from durable_turns.contract import (
 from durable_turns.messages import Message, user_message
 
 if TYPE_CHECKING:
-    from activities.streams import ChunkStreamBackend, StreamEvent
+    from durable_turns.streams import ChunkStreamBackend, StreamEvent
 
 FINAL = ("completed", "error", "aborted", "skipped", "rejected")
 
@@ -225,7 +225,7 @@ class TurnsClient:
             yield event
 
     async def _stream_backend(self) -> ChunkStreamBackend:
-        from activities.streams import open_stream_backend
+        from durable_turns.streams import open_stream_backend
 
         if self._streams is None:
             backend = open_stream_backend(self.stream_url)

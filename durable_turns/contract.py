@@ -31,6 +31,17 @@ TURN_SIGNAL_TOOL_RESULT = "toolResult"
 UPDATE_SEND = "sendMessage"
 QUERY_STATE = "state"
 
+# Activity names: the workflows schedule them by these strings and the activities register
+# under them, so both sides import them from here.
+OPEN_CONVERSATION = "open_conversation"
+BEGIN_TURN = "begin_turn"
+MODEL_STEP = "model_step"
+TOOL_CALL = "tool_call"
+COMPACT = "compact"
+FINISH_TURN = "finish_turn"
+FAIL_TURN = "fail_turn"
+CHAT_RESPONSE = "chat_response"
+
 DEFAULT_MAX_STEPS = 10
 DEFAULT_MODEL = "demo:weather"
 """The model when none is configured anywhere: an offline scripted stand-in, not an LLM."""

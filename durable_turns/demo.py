@@ -11,26 +11,26 @@ import asyncio
 import json
 import uuid
 
-from activities.store import open_store
 from durable_turns.config import Settings
 from durable_turns.contract import turn_workflow_id
 from durable_turns.messages import TextPart, ToolCallPart, ToolResultPart
+from durable_turns.store import open_store
 
 QUESTIONS = ["What's the weather in Paris?", "And in Tokyo?"]
 
 
 async def run_demo(settings: Settings, keep: bool = False) -> int:
-    import worker
+    from durable_turns import runtime
     from durable_turns.client import TurnsClient
 
     if not settings.embedded:
         print(f"using the Temporal server at {settings.address} (TEMPORAL_ADDRESS)")
     settings = settings.with_overrides(task_queue=f"{settings.task_queue}-demo")
     conversation = f"demo-{uuid.uuid4().hex[:8]}"
-    async with worker.embedded_server_if_needed(settings) as server:
-        client = await worker.connect(settings)
-        await worker.check_search_attributes(client, settings.namespace)
-        async with worker.running_worker(client, settings):
+    async with runtime.embedded_server_if_needed(settings) as server:
+        client = await runtime.connect(settings)
+        await runtime.check_search_attributes(client, settings.namespace)
+        async with runtime.running_worker(client, settings):
             turns = TurnsClient(client, settings.task_queue)
             print(
                 f"conversation {conversation}  (model {settings.model}: a scripted demo, not an LLM)\n"

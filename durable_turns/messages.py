@@ -219,3 +219,17 @@ StreamPart = Annotated[
     | FinishChunk,
     Field(discriminator="type"),
 ]
+
+
+class ToolSpec(BaseModel):
+    """What the model sees of a tool. A spec with no executor on the worker is a client tool."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
+
+
+ToolChoice = Literal["auto", "none", "required"] | dict[str, str]
+"""``"auto" | "none" | "required"`` or ``{"type": "tool", "tool_name": NAME}``."""

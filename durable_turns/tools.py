@@ -31,7 +31,7 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, create_model
 
-from hooks.types import ToolSpec
+from durable_turns.messages import ToolSpec
 
 
 @dataclass

@@ -2,11 +2,14 @@
 ``turns worker --hooks mypackage.hooks:MyHooks`` (or ``TURNS_HOOKS=...``).
 """
 
-from hooks.base import TurnHooks
-from hooks.classifier import CONTEXT_OVERFLOW_PATTERN, default_context_overflow_classifier
-from hooks.extensions import Extension
-from hooks.session import ContextBlock, Session, approximate_token_count
-from hooks.types import (
+from durable_turns.hooks.base import TurnHooks
+from durable_turns.hooks.classifier import (
+    CONTEXT_OVERFLOW_PATTERN,
+    default_context_overflow_classifier,
+)
+from durable_turns.hooks.extensions import Extension
+from durable_turns.hooks.session import ContextBlock, Session, approximate_token_count
+from durable_turns.hooks.types import (
     ChatErrorClassification,
     ChatErrorContext,
     ChatResponseResult,

@@ -39,9 +39,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Sequence
 from typing import Any, ClassVar
 
-from hooks.classifier import default_context_overflow_classifier
-from hooks.session import Session
-from hooks.types import (
+from durable_turns.hooks.classifier import default_context_overflow_classifier
+from durable_turns.hooks.session import Session
+from durable_turns.hooks.types import (
     ChatErrorClassification,
     ChatErrorContext,
     ChatResponseResult,

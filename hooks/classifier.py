@@ -6,7 +6,7 @@ import json
 import re
 from typing import Any
 
-from hooks.types import ChatErrorClassification
+from durable_turns.hooks.types import ChatErrorClassification
 
 CONTEXT_OVERFLOW_PATTERN = re.compile(
     r"prompt is too long|context[_ ]length[_ ]exceeded|maximum context length"

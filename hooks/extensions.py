@@ -46,14 +46,14 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from durable_turns.messages import StreamPart
-from hooks.types import (
+from durable_turns.hooks.types import (
     StepResult,
     ToolCallContext,
     ToolCallResultContext,
     TurnConfig,
     TurnContext,
 )
+from durable_turns.messages import StreamPart
 
 log = logging.getLogger("durable_turns.extensions")
 

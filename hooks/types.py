@@ -21,26 +21,14 @@ from durable_turns.messages import (
     ReasoningPart,
     StreamPart,
     ToolCallPart,
+    ToolChoice,
     ToolResultPart,
+    ToolSpec,
     Usage,
 )
 
 ChatErrorClassification = Literal["context_overflow", "rate_limit", "transient", "fatal", "unknown"]
 ErrorStage = Literal["parse", "persist", "turn", "stream", "recovery", "transcript", "tool"]
-
-
-class ToolSpec(BaseModel):
-    """What the model sees of a tool. A spec with no executor on the worker is a client tool."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str
-    description: str = ""
-    input_schema: dict[str, Any] = Field(default_factory=lambda: {"type": "object"})
-
-
-ToolChoice = Literal["auto", "none", "required"] | dict[str, str]
-"""``"auto" | "none" | "required"`` or ``{"type": "tool", "tool_name": NAME}``."""
 
 
 class TimeoutConfig(BaseModel):

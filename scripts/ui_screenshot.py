@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import worker  # noqa: E402
+from durable_turns import runtime  # noqa: E402
 from durable_turns.client import TurnsClient  # noqa: E402
 from durable_turns.config import Settings  # noqa: E402
 from durable_turns.devserver import EmbeddedServer  # noqa: E402
@@ -76,8 +76,8 @@ async def main(out: Path) -> None:
         settings = Settings(
             temporal_address=server.address, data_dir=data, task_queue="ui-screenshot"
         )
-        client = await worker.connect(settings)
-        async with worker.running_worker(client, settings):
+        client = await runtime.connect(settings)
+        async with runtime.running_worker(client, settings):
             turns = TurnsClient(client, settings.task_queue, settings.resolved_chunk_stream_url)
             result = await turns.send("conv-ui-demo", "What's the weather in Lisbon?")
             await turns.send("conv-ui-demo", "And in Madrid?")

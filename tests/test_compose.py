@@ -552,11 +552,13 @@ def test_dockerfile_copies_what_the_package_needs() -> None:
         assert (ROOT / source).exists(), f"COPY {source}: no such file in the repository"
     project = pyproject()
     assert "pyproject.toml" in sources
-    packages = project["tool"]["setuptools"]["packages"]["find"]["include"]
-    for pattern in packages:
-        assert pattern.rstrip("*") in sources, f"the image lacks the package {pattern}"
-    for module in project["tool"]["setuptools"].get("py-modules", []):
-        assert f"{module}.py" in sources
+    setuptools = project["tool"]["setuptools"]
+    folders = setuptools.get("package-dir", {})
+    for package in setuptools["packages"]:
+        folder = folders.get(package, package.replace(".", "/"))
+        top = folder.split("/")[0]
+        assert top in sources, f"the image lacks the package {package} (folder {folder})"
+    assert "worker.py" in sources, "the image's CMD runs worker.py"
     assert not {".venv", ".git", ".data", "."} & set(sources), "copy files, not the whole tree"
 
 

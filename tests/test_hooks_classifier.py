@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from activities.models import ProviderError
-from hooks import CONTEXT_OVERFLOW_PATTERN, default_context_overflow_classifier
+from durable_turns.hooks import CONTEXT_OVERFLOW_PATTERN, default_context_overflow_classifier
+from durable_turns.models import ProviderError
 
 OVERFLOWS = [
     "AI_APICallError: prompt is too long: 213450 tokens > 200000 maximum",  # Anthropic

@@ -8,8 +8,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from durable_turns.contract import TurnResult
+from durable_turns.hooks import TurnConfig, has_tool_call, step_count_is
 from durable_turns.messages import ReasoningPart, ToolResultPart
-from hooks import TurnConfig, has_tool_call, step_count_is
 from tests.support.harness import Harness
 from tests.support.history import model_step_bytes
 from tests.support.hooks import calls, start_worker

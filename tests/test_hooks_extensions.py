@@ -6,8 +6,8 @@ import asyncio
 import json
 from typing import Any
 
-from hooks import TurnConfig
-from hooks.extensions import Extensions, json_safe, merge_extension_config
+from durable_turns.hooks import TurnConfig
+from durable_turns.hooks.extensions import Extensions, json_safe, merge_extension_config
 from tests.support.harness import Harness
 from tests.support.hooks import calls, start_worker, wait_for_hook
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from durable_turns.hooks import Session, approximate_token_count
 from durable_turns.messages import Message, user_message
-from hooks import Session, approximate_token_count
 from tests.support.harness import Harness
 from tests.support.hooks import calls, start_worker
 

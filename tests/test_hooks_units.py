@@ -10,26 +10,11 @@ import pytest
 from pydantic import BaseModel
 from temporalio.exceptions import ApplicationError
 
-from activities.lifecycle import Lifecycle
-from activities.structured_output import check_output
-from activities.transforms import (
-    UnknownTransform,
-    apply_transforms,
-    load_transforms,
-    resolve_transforms,
-    transform_names,
-)
-from activities.turn_activities import TurnActivities
+from durable_turns.activities.deps import ActivityDeps
+from durable_turns.activities.lifecycle import Lifecycle
+from durable_turns.activities.structured_output import check_output
 from durable_turns.config import Settings
-from durable_turns.messages import (
-    FinishChunk,
-    ReasoningDelta,
-    ReasoningEnd,
-    StreamPart,
-    TextDelta,
-)
-from durable_turns.tools import ToolRegistry
-from hooks import (
+from durable_turns.hooks import (
     ChatErrorContext,
     ChunkContext,
     PrepareStepContext,
@@ -38,6 +23,21 @@ from hooks import (
     TurnConfig,
     TurnContext,
     TurnHooks,
+)
+from durable_turns.messages import (
+    FinishChunk,
+    ReasoningDelta,
+    ReasoningEnd,
+    StreamPart,
+    TextDelta,
+)
+from durable_turns.tools import ToolRegistry
+from durable_turns.transforms import (
+    UnknownTransform,
+    apply_transforms,
+    load_transforms,
+    resolve_transforms,
+    transform_names,
 )
 
 
@@ -242,9 +242,14 @@ class AsyncSessionHooks(TurnHooks):
 
 async def test_an_async_configure_session_is_awaited_once() -> None:
     hooks = AsyncSessionHooks()
-    acts = TurnActivities(
-        None, None, ToolRegistry(), hooks, Settings(), hooks.configure_session(Session())
-    )  # type: ignore[arg-type]
+    acts = ActivityDeps(
+        None,
+        None,
+        ToolRegistry(),
+        hooks,
+        Settings(),
+        hooks.configure_session(Session()),  # type: ignore[arg-type]
+    )
     first, second = await asyncio.gather(acts.session(), acts.session())
     assert first is second and AsyncSessionHooks.configured == 1
     assert await first.system_prompt("unused") == "## soul\nasync block"

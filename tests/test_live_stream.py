@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from activities.streams import live_events
-from activities.streams.base import StreamEvent
+from durable_turns.streams import live_events
+from durable_turns.streams.base import StreamEvent
 from tests.support.harness import Harness
 from tests.support.history import model_step_bytes
 from tests.support.probes import chunk_backend, turn_status, wait_until

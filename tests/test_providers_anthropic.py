@@ -12,13 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from activities.models import ModelRegistry
-from activities.models.anthropic import AnthropicProvider
-from activities.models.base import ModelRequest, ProviderError
-from activities.models.openai import OpenAIProvider
-from activities.models.providers import register_providers
-from activities.streaming import StepSnapshot, StreamStalled, consume
+from durable_turns.activities.streaming import StepSnapshot, StreamStalled, consume
 from durable_turns.config import Settings
+from durable_turns.hooks.types import ToolSpec
 from durable_turns.messages import (
     Message,
     ReasoningDelta,
@@ -35,7 +31,10 @@ from durable_turns.messages import (
     ToolResultPart,
     user_message,
 )
-from hooks.types import ToolSpec
+from durable_turns.models import ModelRegistry
+from durable_turns.models.anthropic import AnthropicProvider
+from durable_turns.models.base import ModelRequest, ProviderError
+from durable_turns.models.openai import OpenAIProvider
 from tests.llm_server import FIXTURES, LLMServer, Reply
 from tests.support.harness import Harness
 
@@ -568,11 +567,10 @@ async def test_missing_key_is_an_auth_error(
 # --- wiring ------------------------------------------------------------------------------
 
 
-async def test_register_providers_is_lazy(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_worker_providers_are_lazy(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
-    registry = ModelRegistry()
-    register_providers(registry, Settings())
+    registry = ModelRegistry.for_worker(Settings())
     anthropic_provider, name = registry.resolve("anthropic:claude-sonnet-4-5")
     assert isinstance(anthropic_provider, AnthropicProvider) and name == "claude-sonnet-4-5"
     openai_provider, name = registry.resolve("openai:gpt-4o")

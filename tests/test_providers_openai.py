@@ -10,9 +10,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from activities.models.base import ModelRequest, ProviderError
-from activities.models.openai import PLACEHOLDER_KEY, OpenAIProvider, chat_body
-from activities.streaming import StepSnapshot, StreamStalled, consume
+from durable_turns.activities.streaming import StepSnapshot, StreamStalled, consume
+from durable_turns.hooks.types import ToolSpec
 from durable_turns.messages import (
     Message,
     ReasoningDelta,
@@ -29,7 +28,8 @@ from durable_turns.messages import (
     ToolResultPart,
     user_message,
 )
-from hooks.types import ToolSpec
+from durable_turns.models.base import ModelRequest, ProviderError
+from durable_turns.models.openai import PLACEHOLDER_KEY, OpenAIProvider, chat_body
 from tests.llm_server import LLMServer, Reply
 from tests.support.harness import Harness
 

@@ -15,8 +15,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from durable_turns.runtime import WORKFLOWS, sandbox_runner
 from tests.support.harness import Harness
-from worker import WORKFLOWS, sandbox_runner
 
 HISTORIES = Path(__file__).parent / "histories"
 

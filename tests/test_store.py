@@ -17,16 +17,16 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from activities.store import (
+from durable_turns.messages import Message, TextPart, Usage
+from durable_turns.store import (
     StepRecord,
     ToolResultRecord,
     TranscriptStore,
     TurnRecord,
     open_store,
 )
-from activities.store.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore
-from activities.store.sqlite import SQLiteStore
-from durable_turns.messages import Message, TextPart, Usage
+from durable_turns.store.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore
+from durable_turns.store.sqlite import SQLiteStore
 
 PG_URL = os.environ.get("TURNS_TEST_POSTGRES_URL") or "postgresql://postgres@127.0.0.1:5432/test"
 CONNECT_TIMEOUT = 30

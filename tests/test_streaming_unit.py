@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from activities.streaming import StepSnapshot, accumulate
+from durable_turns.activities.streaming import StepSnapshot, accumulate
 from durable_turns.messages import (
     ReasoningDelta,
     ReasoningEnd,

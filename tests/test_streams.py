@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 import redis.asyncio as aioredis
 
-from activities.streams import (
+from durable_turns.messages import TextDelta, ToolInputDelta, ToolInputStart
+from durable_turns.streams import (
     CHUNK,
     RESET,
     STEP_FINISH,
@@ -32,9 +33,8 @@ from activities.streams import (
     live_events,
     open_stream_backend,
 )
-from activities.streams.redis import RedisStreamBackend
-from activities.streams.sqlite import SQLiteStreamBackend
-from durable_turns.messages import TextDelta, ToolInputDelta, ToolInputStart
+from durable_turns.streams.redis import RedisStreamBackend
+from durable_turns.streams.sqlite import SQLiteStreamBackend
 
 REDIS_URL = os.environ.get("TURNS_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
 ROOT = Path(__file__).resolve().parents[1]
@@ -273,7 +273,7 @@ def test_live_events_reset_without_step() -> None:
 
 CHILD = """
 import asyncio, json, sys
-from activities.streams import open_stream_backend
+from durable_turns.streams import open_stream_backend
 
 async def main(url, sid, tag, batches, per):
     backend = open_stream_backend(url)

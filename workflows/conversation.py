@@ -22,9 +22,11 @@ from temporalio.exceptions import ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from durable_turns.contract import (
+        CHAT_RESPONSE,
         CONVERSATION_ID,
         CONVERSATION_WORKFLOW,
         MAX_REQUEST_BYTES,
+        OPEN_CONVERSATION,
         QUERY_STATE,
         SIGNAL_CANCEL,
         SIGNAL_CONTINUE,
@@ -48,7 +50,7 @@ with workflow.unsafe.imports_passed_through():
         validation_problems,
     )
     from durable_turns.messages import Message
-    from workflows import options
+    from durable_turns.workflows import options
 
 RECENT = 50
 """How many finished requests ``state`` remembers (and carries over continue-as-new)."""
@@ -103,7 +105,7 @@ class ConversationWorkflow:
         conversation_id = workflow.info().workflow_id
         if self._turn_count is None:
             self._turn_count = await workflow.execute_activity(
-                "open_conversation",
+                OPEN_CONVERSATION,
                 conversation_id,
                 result_type=int,
                 start_to_close_timeout=options.SHORT,
@@ -218,7 +220,7 @@ class ConversationWorkflow:
     async def _respond(self, result: TurnResult) -> None:
         """on_chat_response runs after the turn lock is released: it may submit a follow-up."""
         await workflow.execute_activity(
-            "chat_response",
+            CHAT_RESPONSE,
             ChatResponseInput(result=result),
             start_to_close_timeout=options.SHORT,
             heartbeat_timeout=options.BEGIN_HEARTBEAT,

@@ -19,7 +19,14 @@ from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from durable_turns.contract import (
+        BEGIN_TURN,
+        CHAT_RESPONSE,
+        COMPACT,
+        FAIL_TURN,
+        FINISH_TURN,
+        MODEL_STEP,
         QUERY_STATE,
+        TOOL_CALL,
         TURN_MODEL,
         TURN_SIGNAL_TOOL_RESULT,
         TURN_STATUS,
@@ -44,7 +51,7 @@ with workflow.unsafe.imports_passed_through():
         TurnStatus,
     )
     from durable_turns.messages import Usage
-    from workflows import options
+    from durable_turns.workflows import options
 
 
 @workflow.defn(name=TURN_WORKFLOW)
@@ -100,7 +107,7 @@ class TurnWorkflow:
         if workflow.info().parent is None and result.respond:
             # Started directly: no conversation will run on_chat_response for us.
             await workflow.execute_activity(
-                "chat_response",
+                CHAT_RESPONSE,
                 ChatResponseInput(result=result),
                 start_to_close_timeout=options.SHORT,
                 heartbeat_timeout=options.BEGIN_HEARTBEAT,
@@ -151,7 +158,7 @@ class TurnWorkflow:
     async def _begin(self, inp: TurnInput, ref: TurnRef, run: int) -> TurnPlan:
         self._status = "beginning"
         plan = await workflow.execute_activity(
-            "begin_turn",
+            BEGIN_TURN,
             BeginTurnInput(
                 turn=ref,
                 new_messages=inp.new_messages,
@@ -210,7 +217,7 @@ class TurnWorkflow:
         self._status = f"compacting ({reason})"
         at = f" at {tokens / 1000:.1f}k tokens" if tokens else ""
         return await workflow.execute_activity(
-            "compact",
+            COMPACT,
             CompactInput(turn=ref, model=plan.model, reason=reason, number=number),  # type: ignore[arg-type]
             result_type=CompactResult,
             start_to_close_timeout=timedelta(seconds=plan.step_timeout_s),
@@ -226,7 +233,7 @@ class TurnWorkflow:
         context = previous.usage.input_tokens + previous.usage.output_tokens if previous else 0
         size = f" · {context / 1000:.1f}k tokens in" if context else ""
         return await workflow.execute_activity(
-            "model_step",
+            MODEL_STEP,
             ModelStepInput(turn=ref, step=step, model=plan.model),
             result_type=StepSummary,
             start_to_close_timeout=timedelta(seconds=plan.step_timeout_s),
@@ -276,7 +283,7 @@ class TurnWorkflow:
         resolution: ToolResolution | None = None,
     ) -> Awaitable[ToolOutcome]:
         return workflow.execute_activity(
-            "tool_call",
+            TOOL_CALL,
             ToolCallInput(
                 turn=ref,
                 step=step,
@@ -329,7 +336,7 @@ class TurnWorkflow:
     ) -> TurnResult:
         self._status = status
         return await workflow.execute_activity(
-            "finish_turn",
+            FINISH_TURN,
             FinishTurnInput(turn=ref, steps=steps, status=status, continuation=continuation),
             result_type=TurnResult,
             start_to_close_timeout=options.SHORT,
@@ -343,7 +350,7 @@ class TurnWorkflow:
     ) -> TurnResult:
         self._status = "error"
         return await workflow.execute_activity(
-            "fail_turn",
+            FAIL_TURN,
             FailTurnInput(turn=ref, steps=steps, error=error, continuation=continuation),
             result_type=TurnResult,
             start_to_close_timeout=options.SHORT,
@@ -354,10 +361,10 @@ class TurnWorkflow:
 
 
 _STAGES = {
-    "begin_turn": "turn",
-    "model_step": "stream",
-    "tool_call": "tool",
-    "finish_turn": "persist",
+    BEGIN_TURN: "turn",
+    MODEL_STEP: "stream",
+    TOOL_CALL: "tool",
+    FINISH_TURN: "persist",
 }
 
 

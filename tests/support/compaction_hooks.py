@@ -12,8 +12,8 @@ import asyncio
 import json
 import os
 
+from durable_turns.hooks import ContextOverflowConfig, Session, TurnHooks
 from durable_turns.messages import Message
-from hooks import ContextOverflowConfig, Session, TurnHooks
 
 MODE, _, VALUE = os.environ.get("TEST_OVERFLOW", "reactive").partition(":")
 

@@ -15,9 +15,9 @@ from typing import Any
 
 from temporalio.client import Client
 
-from activities.store import TranscriptStore, open_store
 from durable_turns.client import TurnsClient
 from durable_turns.contract import TurnResult
+from durable_turns.store import TranscriptStore, open_store
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -25,10 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from activities.transforms import stream_transform
-from durable_turns.messages import Message, StreamPart, TextDelta, TextPart
-from durable_turns.tools import ToolContext, tool
-from hooks import (
+from durable_turns.hooks import (
     ChatErrorContext,
     ChatResponseResult,
     ChunkContext,
@@ -43,6 +40,9 @@ from hooks import (
     TurnHooks,
     default_context_overflow_classifier,
 )
+from durable_turns.messages import Message, StreamPart, TextDelta, TextPart
+from durable_turns.tools import ToolContext, tool
+from durable_turns.transforms import stream_transform
 
 
 def record(hook: str, **fields: Any) -> None:

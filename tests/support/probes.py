@@ -6,8 +6,8 @@ import asyncio
 import socket
 from collections.abc import Callable
 
-from activities.streams import open_stream_backend
-from activities.streams.base import ChunkStreamBackend
+from durable_turns.streams import open_stream_backend
+from durable_turns.streams.base import ChunkStreamBackend
 from tests.support.harness import Harness
 
 

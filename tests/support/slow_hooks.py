@@ -11,7 +11,7 @@ import asyncio
 import json
 import os
 
-from hooks import PrepareStepContext, StepContext, TurnConfig, TurnContext, TurnHooks
+from durable_turns.hooks import PrepareStepContext, StepContext, TurnConfig, TurnContext, TurnHooks
 
 
 def _delay(hook: str) -> float:

@@ -9,13 +9,13 @@ attempt is visible in history.
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from durable_turns.messages import Message, StreamPart
-from hooks.types import ToolChoice, ToolSpec
+from durable_turns.messages import Message, StreamPart, ToolChoice, ToolSpec
 
 ErrorKind = Literal["transient", "context_overflow", "auth", "invalid_request", "fatal"]
 
@@ -92,3 +92,13 @@ class ModelProvider(abc.ABC):
     async def aclose(self) -> None:
         """Release clients (HTTP connection pools)."""
         return None
+
+
+def parse_tool_input(raw: str) -> tuple[Any, str | None]:
+    """Parse streamed tool-call arguments: (value, None) or (raw text, error)."""
+    if not raw.strip():
+        return {}, None
+    try:
+        return json.loads(raw), None
+    except json.JSONDecodeError as e:
+        return raw, f"tool input is not valid JSON: {e}"

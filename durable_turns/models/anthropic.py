@@ -36,21 +36,6 @@ from typing import Any
 
 import anthropic
 
-from activities.models.base import ErrorKind, ModelProvider, ModelRequest, ProviderError
-from activities.models.providers import (
-    env,
-    estimate_tokens,
-    is_context_overflow,
-    is_transport_error,
-    kind_for_status,
-    redact,
-    retry_after,
-    should_retry_header,
-    split_steps,
-    step_results,
-    tool_output_text,
-)
-from activities.streaming import parse_tool_input
 from durable_turns.messages import (
     FilePart,
     FinishChunk,
@@ -69,6 +54,26 @@ from durable_turns.messages import (
     ToolInputStart,
     ToolResultPart,
     Usage,
+)
+from durable_turns.models.base import (
+    ErrorKind,
+    ModelProvider,
+    ModelRequest,
+    ProviderError,
+    parse_tool_input,
+)
+from durable_turns.models.providers import (
+    env,
+    estimate_tokens,
+    is_context_overflow,
+    is_transport_error,
+    kind_for_status,
+    redact,
+    retry_after,
+    should_retry_header,
+    split_steps,
+    step_results,
+    tool_output_text,
 )
 
 DEFAULT_MAX_TOKENS = 4096

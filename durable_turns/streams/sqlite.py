@@ -13,8 +13,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from activities.sqlite_wal import SQLiteFile
-from activities.streams.base import ChunkStreamBackend, StreamEvent, decode_batch, encode_batch
+from durable_turns.sqlite_wal import SQLiteFile
+from durable_turns.streams.base import ChunkStreamBackend, StreamEvent, decode_batch, encode_batch
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chunk_batches (

@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from activities.sqlite_wal import SQLiteFile
-from activities.store.base import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
 from durable_turns.messages import Message
+from durable_turns.sqlite_wal import SQLiteFile
+from durable_turns.store.base import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (

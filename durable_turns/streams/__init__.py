@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from activities.streams.base import (
+from durable_turns.streams.base import (
     CHUNK,
     RESET,
     STEP_FINISH,
@@ -34,13 +34,13 @@ def open_stream_backend(url: str | None) -> ChunkStreamBackend | None:
     if url.lower() in ("", "none", "off", "disabled"):
         return None
     if url.startswith("sqlite://"):
-        from activities.sqlite_wal import sqlite_path
-        from activities.streams.sqlite import SQLiteStreamBackend
+        from durable_turns.sqlite_wal import sqlite_path
+        from durable_turns.streams.sqlite import SQLiteStreamBackend
 
         return SQLiteStreamBackend(sqlite_path(url))
     if url.startswith(("redis://", "rediss://")):
         try:
-            from activities.streams.redis import RedisStreamBackend
+            from durable_turns.streams.redis import RedisStreamBackend
         except ImportError as e:  # pragma: no cover - depends on the install
             raise ValueError(
                 "a Redis chunk stream needs the 'redis' extra: pip install 'durable-turns[redis]'"

@@ -8,7 +8,7 @@ accumulated, stored and shown to ``on_chunk``: what they produce is what the tur
 Register one in a module the worker imports (``--transforms module``, or any module of
 tools or hooks)::
 
-    from activities.transforms import stream_transform
+    from durable_turns.transforms import stream_transform
 
     @stream_transform("no-swearing")
     def no_swearing(part):

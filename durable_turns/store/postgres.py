@@ -5,7 +5,7 @@ machine share it, but not workers on several machines. When turns run on a fleet
 (any of which may pick up any activity of any turn), they all need one transcript, and this
 store keeps it in PostgreSQL through an asyncpg connection pool.
 
-Semantics are those of :class:`~activities.store.sqlite.SQLiteStore`, enforced by keys and
+Semantics are those of :class:`~durable_turns.store.sqlite.SQLiteStore`, enforced by keys and
 ``ON CONFLICT`` so that retried or concurrent activities on different machines never
 duplicate a row:
 
@@ -48,8 +48,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
-from activities.store.base import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
 from durable_turns.messages import Message
+from durable_turns.store.base import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
 
 MIGRATIONS: list[tuple[int, str]] = [
     (

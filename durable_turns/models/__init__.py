@@ -1,11 +1,17 @@
-"""Model providers, resolved from ``provider:model`` ids."""
+"""Model providers, resolved from ``provider:model`` ids.
+
+``ModelRegistry.for_worker`` registers ``anthropic:`` and ``openai:`` as factories only:
+no SDK client is made and no API key is read until the first request of that provider, so
+a worker with neither key set still starts and serves ``demo:`` turns.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from activities.models.base import ModelProvider, ModelRequest, ProviderError
-from activities.models.demo import DemoProvider
+from durable_turns.config import Settings
+from durable_turns.models.base import ModelProvider, ModelRequest, ProviderError
+from durable_turns.models.demo import DemoProvider
 
 
 class ModelRegistry:
@@ -15,6 +21,22 @@ class ModelRegistry:
         self._factories: dict[str, Callable[[], ModelProvider]] = {"demo": DemoProvider}
         self._factories.update(factories or {})
         self._providers: dict[str, ModelProvider] = {}
+
+    @classmethod
+    def for_worker(cls, settings: Settings) -> ModelRegistry:
+        """demo, anthropic and openai; each provider's client is built on first use."""
+
+        def anthropic() -> ModelProvider:
+            from durable_turns.models.anthropic import AnthropicProvider
+
+            return AnthropicProvider(timeout=settings.step_timeout_s)
+
+        def openai() -> ModelProvider:
+            from durable_turns.models.openai import OpenAIProvider
+
+            return OpenAIProvider(timeout=settings.step_timeout_s)
+
+        return cls({"anthropic": anthropic, "openai": openai})
 
     def register(self, prefix: str, factory: Callable[[], ModelProvider]) -> None:
         self._factories[prefix] = factory

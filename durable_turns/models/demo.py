@@ -34,7 +34,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from activities.models.base import ModelProvider, ModelRequest, ProviderError
 from durable_turns.contract import CONTINUE_PROMPT
 from durable_turns.messages import (
     FinishChunk,
@@ -52,6 +51,7 @@ from durable_turns.messages import (
     ToolResultPart,
     Usage,
 )
+from durable_turns.models.base import ModelProvider, ModelRequest, ProviderError
 
 BUILTIN_SCRIPTS: dict[str, list[dict[str, Any]]] = {
     "weather": [

@@ -1,8 +1,5 @@
-"""Registers the real model providers, and holds what the Anthropic and OpenAI adapters share.
-
-``register_providers`` only registers factories: nothing is built, no SDK client is made and
-no API key is read until the first request of that provider, so a worker with neither key
-set still starts and serves ``demo:`` turns.
+"""What the Anthropic and OpenAI adapters share: environment, error classification,
+redaction and message helpers.
 
 Environment (read when a provider builds its client, not at import time):
 
@@ -24,9 +21,6 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from activities.models import ModelRegistry
-from activities.models.base import ErrorKind, ModelProvider
-from durable_turns.config import Settings
 from durable_turns.messages import (
     FilePart,
     Message,
@@ -37,6 +31,7 @@ from durable_turns.messages import (
     ToolCallPart,
     ToolResultPart,
 )
+from durable_turns.models.base import ErrorKind
 
 CONTEXT_OVERFLOW = re.compile(
     r"prompt is too long|context[_ ]length[_ ]exceeded|maximum context length"
@@ -52,23 +47,6 @@ _SECRET = re.compile(r"\b(sk-[A-Za-z0-9_\-]{6})[A-Za-z0-9_\-*]{6,}")
 def env(name: str) -> str | None:
     value = os.environ.get(name)
     return value if value else None
-
-
-def register_providers(registry: ModelRegistry, settings: Settings) -> None:
-    """Register ``anthropic:`` and ``openai:``; each is built on its first use."""
-
-    def anthropic() -> ModelProvider:
-        from activities.models.anthropic import AnthropicProvider
-
-        return AnthropicProvider(timeout=settings.step_timeout_s)
-
-    def openai() -> ModelProvider:
-        from activities.models.openai import OpenAIProvider
-
-        return OpenAIProvider(timeout=settings.step_timeout_s)
-
-    registry.register("anthropic", anthropic)
-    registry.register("openai", openai)
 
 
 # --- errors ------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from activities.streams.base import (
+from durable_turns.streams.base import (
     TURN_FINISH,
     ChunkStreamBackend,
     StreamEvent,

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from activities.store.base import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
+from durable_turns.store.base import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
 
 
 def open_store(url: str) -> TranscriptStore:
     """Build (not yet open) the store a URL names."""
     if url.startswith("sqlite://"):
-        from activities.sqlite_wal import sqlite_path
-        from activities.store.sqlite import SQLiteStore
+        from durable_turns.sqlite_wal import sqlite_path
+        from durable_turns.store.sqlite import SQLiteStore
 
         return SQLiteStore(sqlite_path(url))
     if url.startswith(("postgres://", "postgresql://")):
         try:
-            from activities.store.postgres import PostgresStore
+            from durable_turns.store.postgres import PostgresStore
         except ImportError as e:  # pragma: no cover - depends on the install
             raise ValueError(
                 "a PostgreSQL store needs the 'postgres' extra: pip install 'durable-turns[postgres]'"

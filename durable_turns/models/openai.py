@@ -38,23 +38,6 @@ from typing import Any
 
 import openai
 
-from activities.models.base import ErrorKind, ModelProvider, ModelRequest, ProviderError
-from activities.models.providers import (
-    data_url,
-    env,
-    estimate_tokens,
-    is_context_overflow,
-    is_transport_error,
-    kind_for_status,
-    redact,
-    retry_after,
-    should_retry_header,
-    split_steps,
-    step_results,
-    tool_input_json,
-    tool_output_text,
-)
-from activities.streaming import parse_tool_input
 from durable_turns.messages import (
     FilePart,
     FinishChunk,
@@ -71,6 +54,28 @@ from durable_turns.messages import (
     ToolInputStart,
     ToolResultPart,
     Usage,
+)
+from durable_turns.models.base import (
+    ErrorKind,
+    ModelProvider,
+    ModelRequest,
+    ProviderError,
+    parse_tool_input,
+)
+from durable_turns.models.providers import (
+    data_url,
+    env,
+    estimate_tokens,
+    is_context_overflow,
+    is_transport_error,
+    kind_for_status,
+    redact,
+    retry_after,
+    should_retry_header,
+    split_steps,
+    step_results,
+    tool_input_json,
+    tool_output_text,
 )
 
 PLACEHOLDER_KEY = "sk-no-key-required"

@@ -1,0 +1,123 @@
+"""``begin_turn``: persist the user's messages, ask ``before_turn``, record the turn's plan."""
+
+from __future__ import annotations
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from durable_turns.activities import compaction
+from durable_turns.activities import context as ctx_build
+from durable_turns.activities.compact import store_compaction
+from durable_turns.activities.deps import ActivityDeps, keep_alive
+from durable_turns.activities.errors import INVALID_REQUEST
+from durable_turns.contract import BEGIN_TURN, BeginTurnInput, TurnPlan
+from durable_turns.hooks.types import TurnConfig, TurnContext
+from durable_turns.messages import Message
+from durable_turns.store import TurnRecord
+from durable_turns.transforms import UnknownTransform, resolve_transforms
+
+
+class BeginActivities:
+    def __init__(self, deps: ActivityDeps) -> None:
+        self.deps = deps
+
+    @activity.defn(name=BEGIN_TURN)
+    async def begin_turn(self, inp: BeginTurnInput) -> TurnPlan:
+        """Persist the user's messages, assemble the context, ask before_turn, record the plan."""
+        deps, ref = self.deps, inp.turn
+        model = inp.model or deps.settings.model
+        async with keep_alive(deps.beat_every):
+            await deps.store.add_messages(ref.conversation_id, inp.new_messages, ref.turn_id)
+            turn = TurnRecord(
+                turn_id=ref.turn_id,
+                conversation_id=ref.conversation_id,
+                turn_number=ref.turn_number,
+                request_id=ref.request_id,
+                continuation=inp.continuation,
+                body=inp.body,
+                run=inp.attempt,
+            )
+            await deps.store.save_turn(turn)  # from here on, the turn's messages are stored
+            if inp.continuation and not await self._can_continue(ref.conversation_id):
+                turn.status = "skipped"
+                await deps.store.save_turn(turn)
+                return TurnPlan(model=model, max_steps=0, skip=True)
+            context = await self._compact_after(turn, model)
+            config = await deps.lifecycle.before_turn(
+                await self._turn_context(turn, model, context)
+            )
+        model = config.model or model
+        self._check(config, model)
+        turn.config = config.model_copy(update={"model": model}).model_dump(
+            mode="json", exclude_none=True
+        )
+        await deps.store.save_turn(turn)
+        return self._plan(config, model, inp)
+
+    async def _compact_after(self, turn: TurnRecord, model: str) -> list[Message]:
+        """``compact_after(tokens)``: compact between turns once the context passed it.
+        Returns the context the turn starts from (read once, reread only after compacting)."""
+        session = await self.deps.session()
+        context = await ctx_build.base_messages(self.deps.store, turn)
+        if not session.needs_compaction(context):
+            return context
+        await store_compaction(
+            self.deps, turn, context, model, f"{turn.turn_id}/compaction-before", "compact_after"
+        )
+        return await ctx_build.base_messages(self.deps.store, turn)
+
+    async def _can_continue(self, conversation_id: str) -> bool:
+        transcript = [
+            m
+            for m in await self.deps.store.messages(conversation_id)
+            if not compaction.is_compaction(m)
+        ]
+        return bool(transcript) and transcript[-1].role == "assistant"
+
+    async def _turn_context(
+        self, turn: TurnRecord, model: str, messages: list[Message]
+    ) -> TurnContext:
+        base = TurnConfig()
+        return TurnContext(
+            system=await self.deps.system(base),
+            messages=messages,
+            tools=self.deps.tool_specs(base),
+            model=model,
+            continuation=turn.continuation,
+            body=turn.body,
+            request_id=turn.request_id,
+            conversation_id=turn.conversation_id,
+            turn_number=turn.turn_number,
+            is_cancelled=activity.is_cancelled,
+        )
+
+    def _check(self, config: TurnConfig, model: str) -> None:
+        """Fail the turn now, clearly, on a decision no step could carry out."""
+        self.deps.resolve(model)
+        try:
+            resolve_transforms(config.experimental_transform or [])
+        except UnknownTransform as e:
+            raise ApplicationError(str(e), type=INVALID_REQUEST, non_retryable=True) from e
+
+    def _plan(self, config: TurnConfig, model: str, inp: BeginTurnInput) -> TurnPlan:
+        settings = self.deps.settings
+        overflow = self.deps.hooks.context_overflow
+        total_ms = config.timeout.total_ms if config.timeout else None
+        retries = config.max_retries
+        return TurnPlan(
+            model=model,
+            max_steps=config.max_steps or inp.max_steps or settings.max_steps,
+            stop_when=config.stop_when or [],
+            stall_timeout_ms=self.deps.stall_ms(config),
+            max_retries=settings.model_retries if retries is None else retries,
+            step_timeout_s=total_ms / 1000 if total_ms else settings.step_timeout_s,
+            heartbeat_timeout_s=settings.heartbeat_timeout_s,
+            client_tool_timeout_s=settings.client_tool_timeout_s,
+            overflow_retries=overflow.max_retries if overflow.reactive else 0,
+            compact_at_tokens=(
+                int(overflow.max_input_tokens * overflow.headroom)
+                if overflow.max_input_tokens
+                else None
+            ),
+            max_compactions=max(overflow.max_compactions, 1),
+        )

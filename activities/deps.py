@@ -1,0 +1,137 @@
+"""What every activity shares: the worker's store, providers, tools, hooks and settings.
+
+The runtime builds one ``ActivityDeps`` per worker and hands it to each activity module;
+the helpers here are the few things more than one activity needs (loading the turn,
+resolving a model, the tools a step is offered, the live chunk stream, heartbeats).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from durable_turns.activities.errors import INVALID_MODEL
+from durable_turns.activities.lifecycle import Lifecycle
+from durable_turns.config import Settings
+from durable_turns.contract import TurnRef
+from durable_turns.hooks import TurnHooks
+from durable_turns.hooks.session import Session
+from durable_turns.hooks.types import ToolSpec, TurnConfig
+from durable_turns.models import ModelProvider, ModelRegistry, ProviderError
+from durable_turns.store import TranscriptStore, TurnRecord
+from durable_turns.streams import ChunkPublisher, ChunkStreamBackend
+from durable_turns.tools import ToolRegistry
+
+
+@contextlib.asynccontextmanager
+async def keep_alive(every_s: float) -> AsyncIterator[None]:
+    """Heartbeat on a timer while a hook or tool runs: the worker is alive, not stuck."""
+
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(every_s)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+
+
+@dataclass
+class ActivityDeps:
+    """``session``: what ``configure_session`` returned (awaited on first use if it is a
+    coroutine); ``streams``: the live chunk stream (None: off); ``extensions``: default
+    ``hooks.extensions``."""
+
+    store: TranscriptStore
+    models: ModelRegistry
+    tools: ToolRegistry
+    hooks: TurnHooks
+    settings: Settings
+    session_source: Session | Awaitable[Session] | None = None
+    streams: ChunkStreamBackend | None = None
+    extensions: Sequence[Any] | None = None
+    lifecycle: Lifecycle = field(init=False)
+    _session_lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+
+    def __post_init__(self) -> None:
+        self.lifecycle = Lifecycle(self.hooks, self.extensions)
+        if self.session_source is None:
+            self.session_source = Session()
+
+    @property
+    def beat_every(self) -> float:
+        """How often a hook or tool that runs long heartbeats."""
+        return max(self.settings.heartbeat_timeout_s / 4, 0.05)
+
+    async def session(self) -> Session:
+        if not isinstance(self.session_source, Session):
+            async with self._session_lock:
+                if not isinstance(self.session_source, Session):
+                    self.session_source = await self.session_source  # type: ignore[misc]
+        assert isinstance(self.session_source, Session)
+        return self.session_source
+
+    async def turn(self, ref: TurnRef) -> TurnRecord:
+        turn = await self.store.get_turn(ref.turn_id)
+        if turn is None:
+            raise ApplicationError(f"turn {ref.turn_id} was never begun", non_retryable=True)
+        return turn
+
+    async def system(self, config: TurnConfig) -> str:
+        if config.system is not None:
+            return config.system
+        return await (await self.session()).system_prompt(self.hooks.system_prompt)
+
+    def tool_specs(
+        self, config: TurnConfig, step_active: list[str] | None = None
+    ) -> list[ToolSpec]:
+        """Default tools + ``config.tools``, narrowed by the turn's and the step's active tools."""
+        names = self.tools.defaults()
+        extra: dict[str, ToolSpec] = {}
+        for item in config.tools or []:
+            if isinstance(item, ToolSpec):
+                extra[item.name] = item
+            elif item not in names:
+                names.append(item)
+        specs = {n: t.spec for n in names if (t := self.tools.get(n)) is not None}
+        specs.update(extra)
+        for active in (config.active_tools, step_active):
+            if active is not None:
+                specs = {n: s for n, s in specs.items() if n in active}
+        return list(specs.values())
+
+    def resolve(self, model: str) -> tuple[ModelProvider, str]:
+        """A ``provider:model`` id → its provider and model name, or a typed InvalidModel."""
+        try:
+            return self.models.resolve(model)
+        except ProviderError as e:
+            raise ApplicationError(str(e), type=INVALID_MODEL, non_retryable=True) from e
+
+    def stall_ms(self, config: TurnConfig) -> int:
+        """``chat_stream_stall_timeout_ms``, else ``timeout.chunk_ms``, else the worker's."""
+        if config.chat_stream_stall_timeout_ms is not None:
+            return config.chat_stream_stall_timeout_ms
+        if config.timeout and config.timeout.chunk_ms:
+            return config.timeout.chunk_ms
+        return self.settings.stall_timeout_ms
+
+    @contextlib.asynccontextmanager
+    async def publisher(
+        self, turn_id: str, step: int | None
+    ) -> AsyncIterator[ChunkPublisher | None]:
+        """The turn's live chunk stream (None when streaming is off); always flushed."""
+        if self.streams is None:
+            yield None
+            return
+        attempt = activity.info().attempt
+        async with ChunkPublisher(self.streams, turn_id, step=step, attempt=attempt) as publisher:
+            yield publisher

@@ -1,0 +1,179 @@
+"""How a turn ends: ``finish_turn``, ``fail_turn`` and ``chat_response``.
+
+finish_turn runs on_step_finish for the last step, checks structured output and persists
+the assistant message; fail_turn persists what the turn produced, then asks on_chat_error
+what the caller sees; chat_response calls on_chat_response after the turn lock is released.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from durable_turns.activities import context as ctx_build
+from durable_turns.activities.deps import ActivityDeps, keep_alive
+from durable_turns.activities.structured_output import OUTPUT_ERROR, check_output, parse_output
+from durable_turns.contract import (
+    CHAT_RESPONSE,
+    FAIL_TURN,
+    FINISH_TURN,
+    ChatResponseInput,
+    ErrorInfo,
+    FailTurnInput,
+    FinishTurnInput,
+    TurnResult,
+    turn_id,
+    turn_workflow_id,
+)
+from durable_turns.hooks.types import ChatErrorContext, ChatResponseResult
+from durable_turns.messages import Message, Usage
+from durable_turns.store import StepRecord, ToolResultRecord, TurnRecord
+
+
+class FinishActivities:
+    def __init__(self, deps: ActivityDeps) -> None:
+        self.deps = deps
+
+    @activity.defn(name=FINISH_TURN)
+    async def finish_turn(self, inp: FinishTurnInput) -> TurnResult:
+        """on_step_finish(last) → check structured output → persist the assistant message."""
+        turn = await self.deps.turn(inp.turn)
+        steps = await self.deps.store.steps(turn.turn_id, turn.run)
+        results = await self.deps.store.tool_results(turn.turn_id)
+        if steps and inp.status == "completed":
+            last = ctx_build.step_result(steps[-1], results)
+            async with keep_alive(self.deps.beat_every):
+                await self.deps.lifecycle.on_step_finish(last)
+            schema = ctx_build.turn_config(turn).output
+            if schema is not None:
+                problem = check_output(last.text, schema)
+                if problem:
+                    error = ErrorInfo(type=OUTPUT_ERROR, message=problem, stage="stream")
+                    return await self._failed(turn, steps, results, error, messages_persisted=True)
+                result = await self._close(turn, steps, results, inp.status, inp.error)
+                return result.model_copy(update={"output": parse_output(last.text)})
+        return await self._close(turn, steps, results, inp.status, inp.error)
+
+    @activity.defn(name=FAIL_TURN)
+    async def fail_turn(self, inp: FailTurnInput) -> TurnResult:
+        """on_chat_error decides what the caller sees; the partial message is persisted first."""
+        stored = await self.deps.store.get_turn(inp.turn.turn_id)
+        turn = stored or TurnRecord(
+            turn_id=inp.turn.turn_id,
+            conversation_id=inp.turn.conversation_id,
+            turn_number=inp.turn.turn_number,
+            request_id=inp.turn.request_id,
+            continuation=inp.continuation,
+        )
+        steps = await self.deps.store.steps(turn.turn_id, turn.run)
+        results = await self.deps.store.tool_results(turn.turn_id)
+        return await self._failed(
+            turn, steps, results, inp.error, messages_persisted=stored is not None
+        )
+
+    async def _failed(
+        self,
+        turn: TurnRecord,
+        steps: list[StepRecord],
+        results: dict[str, ToolResultRecord],
+        error: ErrorInfo,
+        messages_persisted: bool,
+    ) -> TurnResult:
+        message = await self._persist(turn, steps, results, "error")
+        ctx = ChatErrorContext(
+            stage=error.stage or "turn",  # type: ignore[arg-type]
+            request_id=turn.request_id,
+            messages_persisted=messages_persisted,
+            classification=error.classification,  # type: ignore[arg-type]
+        )
+        async with keep_alive(self.deps.beat_every):
+            shown = await self.deps.lifecycle.on_chat_error(_TurnError(error), ctx)
+        return await self._result(
+            turn, steps, message, "error", error.model_copy(update={"message": shown})
+        )
+
+    async def _close(
+        self,
+        turn: TurnRecord,
+        steps: list[StepRecord],
+        results: dict[str, ToolResultRecord],
+        status: str,
+        error: ErrorInfo | None,
+    ) -> TurnResult:
+        message = await self._persist(turn, steps, results, status)
+        return await self._result(turn, steps, message, status, error)
+
+    async def _persist(
+        self,
+        turn: TurnRecord,
+        steps: list[StepRecord],
+        results: dict[str, ToolResultRecord],
+        status: str,
+    ) -> Message:
+        sends_reasoning = ctx_build.turn_config(turn).send_reasoning is not False
+        message = ctx_build.assistant_message(turn, steps, results, status, sends_reasoning)
+        if message.parts:
+            await self.deps.store.put_message(turn.conversation_id, message, turn.turn_id)
+        return message
+
+    async def _result(
+        self,
+        turn: TurnRecord,
+        steps: list[StepRecord],
+        message: Message,
+        status: str,
+        error: ErrorInfo | None,
+    ) -> TurnResult:
+        turn.status = status
+        turn.error = error.model_dump() if error else None
+        await self.deps.store.save_turn(turn)
+        text = ctx_build.message_text(message)
+        async with self.deps.publisher(turn.turn_id, None) as publisher:
+            if publisher is not None:
+                await publisher.turn_finish(
+                    status, {"text": text, "error": error.model_dump() if error else None}
+                )
+        return TurnResult(
+            request_id=turn.request_id,
+            conversation_id=turn.conversation_id,
+            turn_number=turn.turn_number,
+            workflow_id=turn_workflow_id(turn.conversation_id, turn.turn_number),
+            status=status,  # type: ignore[arg-type]
+            text=text,
+            message_id=message.id if message.parts else None,
+            steps=len(steps),
+            continuation=turn.continuation,
+            error=error,
+            usage=sum((s.usage for s in steps), Usage()),
+            respond=self.deps.lifecycle.overrides("on_chat_response"),
+        )
+
+    @activity.defn(name=CHAT_RESPONSE)
+    async def chat_response(self, inp: ChatResponseInput) -> None:
+        """on_chat_response, after the message is persisted and the turn lock released."""
+        result = inp.result
+        if result.status == "skipped" or not self.deps.lifecycle.overrides("on_chat_response"):
+            return
+        messages = await self.deps.store.messages(result.conversation_id)
+        message = next((m for m in messages if m.id == result.message_id), None)
+        turn = await self.deps.store.get_turn(turn_id(result.conversation_id, result.turn_number))
+        response = ChatResponseResult(
+            message=message or Message(id="", role="assistant"),
+            request_id=result.request_id,
+            continuation=result.continuation,
+            status=result.status,
+            error=result.error.message if result.error else None,
+            conversation_id=result.conversation_id,
+            turn_number=result.turn_number,
+            body=turn.body if turn else {},
+        )
+        async with keep_alive(self.deps.beat_every):
+            await self.deps.lifecycle.on_chat_response(response)
+
+
+class _TurnError(Exception):
+    """The error ``on_chat_error`` receives: its message, type and stage."""
+
+    def __init__(self, info: ErrorInfo) -> None:
+        super().__init__(info.message)
+        self.type = info.type
+        self.stage = info.stage

@@ -1,0 +1,212 @@
+"""``model_step``: one model call, on_step_finish(prev) → before_step → stream → persist.
+
+A step whose output is already stored (a retried attempt) is returned without asking the
+model again. The stream is transformed, observed by ``on_chunk``, published to the live
+chunk stream and watched for stalls (``activities.streaming``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from durable_turns.activities import context as ctx_build
+from durable_turns.activities.deps import ActivityDeps
+from durable_turns.activities.errors import INVALID_REQUEST, STREAM_STALLED, provider_failure
+from durable_turns.activities.streaming import StepSnapshot, StreamStalled, consume
+from durable_turns.contract import MODEL_STEP, ModelStepInput, StepSummary, ToolCallRef, TurnRef
+from durable_turns.hooks.types import ChatErrorContext, PrepareStepContext, StepConfig, TurnConfig
+from durable_turns.messages import (
+    Message,
+    ReasoningDelta,
+    ReasoningEnd,
+    StreamPart,
+    TextPart,
+    ToolCallPart,
+    Usage,
+)
+from durable_turns.models import ModelProvider, ModelRequest, ProviderError
+from durable_turns.store import StepRecord
+from durable_turns.streams import ChunkPublisher
+from durable_turns.transforms import UnknownTransform, apply_transforms, resolve_transforms
+
+SAMPLING = (
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "presence_penalty",
+    "frequency_penalty",
+    "stop_sequences",
+    "seed",
+)
+"""TurnConfig fields passed to the provider's request as they are."""
+
+
+class ModelStepActivities:
+    def __init__(self, deps: ActivityDeps) -> None:
+        self.deps = deps
+
+    @activity.defn(name=MODEL_STEP)
+    async def model_step(self, inp: ModelStepInput) -> StepSummary:
+        """One model call: on_step_finish(prev) → before_step → stream → persist."""
+        turn = await self.deps.turn(inp.turn)
+        steps = await self.deps.store.steps(turn.turn_id, turn.run)
+        stored = next((s for s in steps if s.step == inp.step), None)
+        if stored is not None:  # a retried attempt: the model is not asked again
+            return _summary(stored)
+        prior = [s for s in steps if s.step < inp.step]
+        results = await self.deps.store.tool_results(turn.turn_id)
+        config = ctx_build.turn_config(turn)
+        if prior:
+            await self.deps.lifecycle.on_step_finish(ctx_build.step_result(prior[-1], results))
+        messages = await ctx_build.step_messages(self.deps.store, turn, prior, results)
+        inherited = prior[-1].experimental_context if prior else None
+        step_config = await self.deps.lifecycle.before_step(
+            PrepareStepContext(
+                steps=[ctx_build.step_result(s, results) for s in prior],
+                step_number=inp.step,
+                model=inp.model,
+                messages=messages,
+                experimental_context=inherited,
+                request_id=turn.request_id,
+                conversation_id=turn.conversation_id,
+                turn_number=turn.turn_number,
+                body=turn.body,
+            )
+        )  # a StepConfig() when before_step is not overridden
+        model = step_config.model or inp.model
+        provider, model_name = self.deps.resolve(model)
+        request = await self._request(model_name, config, step_config, messages)
+        async with self.deps.publisher(turn.turn_id, inp.step) as publisher:
+            if publisher is not None:
+                if activity.info().attempt > 1:  # readers drop what earlier attempts streamed
+                    await publisher.reset(activity.info().attempt, reason="retry")
+                await publisher.step_start(inp.step, {"model": model})
+            partial = StepSnapshot()
+            try:
+                snapshot = await self._stream(provider, request, config, inp, publisher, partial)
+            except asyncio.CancelledError:  # cancelChat: keep what was streamed so far
+                if partial.parts:
+                    aborted = _record(inp.step, turn.run, model, partial)
+                    aborted.raw_finish_reason = "aborted"
+                    await self.deps.store.save_step(turn.turn_id, aborted)
+                raise
+            if isinstance(snapshot, StepSummary):
+                return snapshot
+            record = _record(inp.step, turn.run, model, snapshot)
+            record.active_tools = step_config.active_tools
+            record.experimental_context = (
+                step_config.experimental_context if step_config.sets_context else inherited
+            )
+            summary = _summary(await self.deps.store.save_step(turn.turn_id, record))
+            if publisher is not None:
+                await publisher.step_finish(
+                    {"finish_reason": summary.finish_reason, "usage": summary.usage.model_dump()}
+                )
+            return summary
+
+    async def _request(
+        self, model_name: str, config: TurnConfig, step: StepConfig, messages: list[Message]
+    ) -> ModelRequest:
+        return ModelRequest(
+            model=model_name,
+            system=step.system if step.system is not None else await self.deps.system(config),
+            messages=step.messages if step.messages is not None else messages,
+            tools=self.deps.tool_specs(config, step.active_tools),
+            tool_choice=step.tool_choice or config.tool_choice,
+            headers=config.headers or {},
+            provider_options={**(config.provider_options or {}), **(step.provider_options or {})},
+            output_schema=config.output,
+            send_reasoning=True,  # the model gets its own reasoning back within a turn
+            cached_prompt=(await self.deps.session()).cached_prompt,
+            attempt=activity.info().attempt,
+            **{k: getattr(config, k) for k in SAMPLING},
+        )
+
+    async def _stream(
+        self,
+        provider: ModelProvider,
+        request: ModelRequest,
+        config: TurnConfig,
+        inp: ModelStepInput,
+        publisher: ChunkPublisher | None,
+        snapshot: StepSnapshot,
+    ) -> StepSnapshot | StepSummary:
+        """The step's stream, transformed, observed and published; a summary for a context
+        overflow. With ``send_reasoning`` off, reasoning reaches neither the hooks nor the
+        live stream."""
+        stream: AsyncIterator[StreamPart] = provider.stream(request)
+        if config.experimental_transform:
+            try:
+                stream = apply_transforms(stream, resolve_transforms(config.experimental_transform))
+            except UnknownTransform as e:
+                raise ApplicationError(str(e), type=INVALID_REQUEST, non_retryable=True) from e
+        sends_reasoning = config.send_reasoning is not False
+        on_chunk = self.deps.lifecycle.chunk_handler(inp.step, inp.turn.request_id, sends_reasoning)
+        sink = None if publisher is None else _client_sink(publisher, sends_reasoning)
+        try:
+            return await consume(
+                stream,
+                stall_timeout_ms=self.deps.stall_ms(config),
+                heartbeat=activity.heartbeat,
+                heartbeat_every_s=self.deps.beat_every,
+                on_chunk=on_chunk,
+                sink=sink,
+                snapshot=snapshot,
+            )
+        except StreamStalled as e:
+            raise ApplicationError(str(e), type=STREAM_STALLED) from e
+        except ProviderError as e:
+            if await self._is_overflow(e, inp.turn):
+                return StepSummary(step=inp.step, outcome="context_overflow", error=str(e))
+            raise provider_failure(e) from e
+
+    async def _is_overflow(self, error: ProviderError, ref: TurnRef) -> bool:
+        """Whether a failed step is a context overflow the workflow should recover from."""
+        if error.kind == "transient" or not self.deps.hooks.context_overflow.reactive:
+            return False
+        ctx = ChatErrorContext(stage="stream", request_id=ref.request_id, messages_persisted=True)
+        return await self.deps.lifecycle.classify(error, ctx) == "context_overflow"
+
+
+def _client_sink(publisher: ChunkPublisher, sends_reasoning: bool) -> Callable[[StreamPart], None]:
+    """What the live stream gets of a step: everything, or everything but reasoning."""
+    if sends_reasoning:
+        return publisher.publish_chunk
+
+    def publish(chunk: StreamPart) -> None:
+        if not isinstance(chunk, ReasoningDelta | ReasoningEnd):
+            publisher.publish_chunk(chunk)
+
+    return publish
+
+
+def _record(step: int, run: int, model: str, snap: StepSnapshot) -> StepRecord:
+    finish = snap.finish
+    return StepRecord(
+        step=step,
+        run=run,
+        parts=[p for p in snap.parts if not (isinstance(p, TextPart) and not p.text)],
+        finish_reason=finish.finish_reason if finish else "other",
+        raw_finish_reason=finish.raw_finish_reason if finish else None,
+        usage=finish.usage if finish else Usage(),
+        provider_metadata=finish.provider_metadata if finish else None,
+        response=finish.response if finish else {},
+        warnings=finish.warnings if finish else [],
+        model=model,
+    )
+
+
+def _summary(step: StepRecord) -> StepSummary:
+    calls = [p for p in step.parts if isinstance(p, ToolCallPart)]
+    return StepSummary(
+        step=step.step,
+        finish_reason=step.finish_reason,
+        tool_calls=[ToolCallRef(tool_call_id=c.tool_call_id, tool_name=c.tool_name) for c in calls],
+        usage=step.usage,
+        text_chars=sum(len(p.text) for p in step.parts if isinstance(p, TextPart)),
+    )

@@ -1,0 +1,175 @@
+"""``tool_call``: before_tool_call → execute (or block / substitute) → after_tool_call → persist.
+
+The decision and the result are stored under the tool call id, so a retried attempt never
+runs the tool twice once it has finished; tools receive that id as an idempotency key.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from durable_turns.activities import context as ctx_build
+from durable_turns.activities.deps import ActivityDeps, keep_alive
+from durable_turns.activities.lifecycle import OnChunk
+from durable_turns.activities.tool_calls import jsonable, run_tool_call
+from durable_turns.contract import TOOL_CALL, ToolCallInput, ToolOutcome
+from durable_turns.hooks.types import ToolCallContext, ToolCallResultContext
+from durable_turns.messages import ToolCallPart, ToolResultChunk
+from durable_turns.store import StepRecord, ToolResultRecord, TurnRecord
+from durable_turns.tools import ToolContext
+
+
+class ToolCallActivities:
+    def __init__(self, deps: ActivityDeps) -> None:
+        self.deps = deps
+
+    @activity.defn(name=TOOL_CALL)
+    async def tool_call(self, inp: ToolCallInput) -> ToolOutcome:
+        """before_tool_call → execute (or block / substitute) → after_tool_call → persist."""
+        ref = inp.turn
+        stored = (await self.deps.store.tool_results(ref.turn_id)).get(inp.tool_call_id)
+        if stored is not None:  # the decision and the result are recorded: never asked again
+            return _outcome(stored)
+        turn = await self.deps.turn(ref)
+        steps = await self.deps.store.steps(turn.turn_id, turn.run)
+        step, call = _find_call(steps, inp)
+        config = ctx_build.turn_config(turn)
+        available = {s.name for s in self.deps.tool_specs(config, step.active_tools)}
+        ctx = await self._tool_call_context(turn, steps, inp.step, call)
+        on_chunk = self.deps.lifecycle.chunk_handler(inp.step, ref.request_id)
+        started = time.monotonic()
+        async with keep_alive(self.deps.beat_every):
+            run = await run_tool_call(
+                self.deps.tools,
+                self.deps.lifecycle,
+                ctx,
+                self._tool_context(turn, inp, step),
+                available,
+                _preliminaries(on_chunk, call),
+                inp.resolution,
+            )
+            if run.pending:  # recorded nowhere: the turn waits for the client, then asks again
+                return ToolOutcome(
+                    tool_call_id=call.tool_call_id,
+                    tool_name=call.tool_name,
+                    success=False,
+                    pending=run.pending,  # type: ignore[arg-type]
+                )
+            duration_ms = (time.monotonic() - started) * 1000
+            if on_chunk is not None:
+                await on_chunk(_result_chunk(call, run.output, run.is_error))
+            await self.deps.lifecycle.after_tool_call(
+                ToolCallResultContext(
+                    tool_call_id=call.tool_call_id,
+                    tool_name=call.tool_name,
+                    input=call.input,
+                    step_number=inp.step,
+                    messages=ctx.messages,
+                    duration_ms=duration_ms,
+                    success=not run.is_error,
+                    output=None if run.is_error else run.output,
+                    error=run.output if run.is_error else None,
+                    request_id=turn.request_id,
+                    conversation_id=turn.conversation_id,
+                    turn_number=turn.turn_number,
+                    body=turn.body,
+                )
+            )
+        record = ToolResultRecord(
+            tool_call_id=call.tool_call_id,
+            tool_name=call.tool_name,
+            step=inp.step,
+            output=jsonable(run.output),
+            is_error=run.is_error,
+            blocked=run.blocked,
+            duration_ms=duration_ms,
+        )
+        saved = await self.deps.store.save_tool_result(ref.turn_id, record)
+        async with self.deps.publisher(ref.turn_id, inp.step) as publisher:
+            if publisher is not None:
+                await publisher.tool_result(
+                    ctx_build.tool_result_part(saved).model_dump(mode="json")
+                )
+        return _outcome(saved)
+
+    async def _tool_call_context(
+        self, turn: TurnRecord, steps: list[StepRecord], step: int, call: ToolCallPart
+    ) -> ToolCallContext:
+        wanted = self.deps.lifecycle.overrides("before_tool_call") or self.deps.lifecycle.overrides(
+            "after_tool_call"
+        )
+        messages = await ctx_build.step_messages(self.deps.store, turn, steps, {}) if wanted else []
+        return ToolCallContext(
+            tool_call_id=call.tool_call_id,
+            tool_name=call.tool_name,
+            input=call.input,
+            step_number=step,
+            messages=messages,
+            provider_metadata=call.provider_metadata,
+            is_cancelled=activity.is_cancelled,
+            request_id=turn.request_id,
+            conversation_id=turn.conversation_id,
+            turn_number=turn.turn_number,
+            body=turn.body,
+        )
+
+    def _tool_context(self, turn: TurnRecord, inp: ToolCallInput, step: StepRecord) -> ToolContext:
+        return ToolContext(
+            tool_call_id=inp.tool_call_id,
+            tool_name=inp.tool_name,
+            conversation_id=turn.conversation_id,
+            turn_number=turn.turn_number,
+            request_id=turn.request_id,
+            step_number=inp.step,
+            attempt=activity.info().attempt,
+            heartbeat=activity.heartbeat,
+            experimental_context=step.experimental_context,
+        )
+
+
+def _find_call(steps: list[StepRecord], inp: ToolCallInput) -> tuple[StepRecord, ToolCallPart]:
+    for step in steps:
+        if step.step == inp.step:
+            for part in step.parts:
+                if isinstance(part, ToolCallPart) and part.tool_call_id == inp.tool_call_id:
+                    return step, part
+    raise ApplicationError(
+        f"tool call {inp.tool_call_id} is not in step {inp.step}", non_retryable=True
+    )
+
+
+def _result_chunk(
+    call: ToolCallPart, output: Any, is_error: bool, preliminary: bool = False
+) -> ToolResultChunk:
+    return ToolResultChunk(
+        tool_call_id=call.tool_call_id,
+        tool_name=call.tool_name,
+        output=jsonable(output),
+        is_error=is_error,
+        preliminary=preliminary,
+    )
+
+
+def _preliminaries(on_chunk: OnChunk | None, call: ToolCallPart) -> Any:
+    """A streaming tool's intermediate values, as preliminary tool-result chunks."""
+    if on_chunk is None:
+        return None
+
+    async def emit(value: Any) -> None:
+        await on_chunk(_result_chunk(call, value, False, preliminary=True))
+
+    return emit
+
+
+def _outcome(record: ToolResultRecord) -> ToolOutcome:
+    return ToolOutcome(
+        tool_call_id=record.tool_call_id,
+        tool_name=record.tool_name,
+        success=not record.is_error,
+        blocked=record.blocked,
+        error=str(record.output)[:500] if record.is_error else None,
+    )

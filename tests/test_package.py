@@ -1,0 +1,132 @@
+"""The installed package: one namespace, every public module importable first, no shadowing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import durable_turns
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PUBLIC_MODULES = [
+    "durable_turns",
+    "durable_turns.contract",
+    "durable_turns.messages",
+    "durable_turns.config",
+    "durable_turns.tools",
+    "durable_turns.transforms",
+    "durable_turns.hooks",
+    "durable_turns.hooks.types",
+    "durable_turns.hooks.base",
+    "durable_turns.store",
+    "durable_turns.streams",
+    "durable_turns.models",
+    "durable_turns.models.anthropic",
+    "durable_turns.models.openai",
+    "durable_turns.activities",
+    "durable_turns.workflows.conversation",
+    "durable_turns.workflows.turn",
+    "durable_turns.runtime",
+    "durable_turns.client",
+    "durable_turns.cli",
+]
+
+
+def run_python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``code`` in a fresh interpreter whose current directory is ``cwd`` (not the repo)."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("module", PUBLIC_MODULES)
+def test_every_public_module_imports_first_in_a_fresh_interpreter(
+    module: str, tmp_path: Path
+) -> None:
+    done = run_python(f"import {module}", tmp_path)
+    assert done.returncode == 0, done.stderr
+
+
+def test_every_public_name_resolves_from_the_top() -> None:
+    assert sorted(durable_turns.__all__) == durable_turns.__all__
+    for name in durable_turns.__all__:
+        assert getattr(durable_turns, name) is not None
+    with pytest.raises(AttributeError):
+        _ = durable_turns.not_a_public_name  # type: ignore[attr-defined]
+
+
+def test_a_users_hooks_module_imports_on_its_own(tmp_path: Path) -> None:
+    """What a user's unit test of their hooks does: import their module first."""
+    (tmp_path / "myhooks.py").write_text(
+        textwrap.dedent(
+            """
+            from durable_turns import TurnConfig, TurnContext, TurnHooks
+
+            class MyHooks(TurnHooks):
+                async def before_turn(self, ctx: TurnContext) -> TurnConfig:
+                    return TurnConfig(max_steps=3)
+            """
+        )
+    )
+    done = run_python(
+        """
+        import asyncio, myhooks
+        from durable_turns import TurnContext
+        ctx = TurnContext(
+            system="", messages=[], tools=[], model="demo:weather", continuation=False,
+            body={}, request_id="r1", conversation_id="c1", turn_number=1,
+        )
+        print(asyncio.run(myhooks.MyHooks().before_turn(ctx)).max_steps)
+        """,
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "3"
+
+
+def test_an_app_laid_out_like_temporals_samples_is_not_shadowed(tmp_path: Path) -> None:
+    """An application with its own activities.py, workflows.py and worker.py."""
+    for name in ("activities", "workflows", "worker", "hooks"):
+        (tmp_path / f"{name}.py").write_text(f"NAME = {name!r}\n")
+    done = run_python(
+        """
+        import activities, workflows, worker, hooks
+        from durable_turns.store import open_store
+        from durable_turns.activities import all_activities
+        from durable_turns.workflows.turn import TurnWorkflow
+        assert (activities.NAME, workflows.NAME, worker.NAME, hooks.NAME) == (
+            "activities", "workflows", "worker", "hooks")
+        print("ok")
+        """,
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_the_wheel_installs_one_top_level_name(tmp_path: Path) -> None:
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path), "."],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = tmp_path.glob("durable_turns-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert top == {"durable_turns"}
+    for folder in ("workflows", "activities", "hooks", "store", "streams", "models"):
+        assert f"durable_turns/{folder}/__init__.py" in names
+    assert "durable_turns/py.typed" in names
