@@ -33,6 +33,7 @@ from durable_turns.streams import (
     live_events,
     open_stream_backend,
 )
+from durable_turns.streams import base as stream_base
 from durable_turns.streams.redis import RedisStreamBackend
 from durable_turns.streams.sqlite import SQLiteStreamBackend
 
@@ -379,18 +380,77 @@ async def test_batching_makes_few_appends(backend: ChunkStreamBackend, yield_eve
 
 
 async def test_interval_flush_without_boundaries(backend: ChunkStreamBackend) -> None:
-    """A few chunks with no boundary still reach readers after about flush_interval_s."""
+    """The first chunk goes out at once; later ones within about flush_interval_s."""
     sid = _sid()
     pub = ChunkPublisher(backend, sid, flush_interval_s=0.02)
     pub.publish(CHUNK, TextDelta(text="hi"))
-    pub.publish(CHUNK, TextDelta(text="!"))
-    assert await backend.read(sid) == []
     for _ in range(200):
         await asyncio.sleep(0.01)
-        if pub.pending == 0 and await backend.read(sid):
+        if pub.pending == 0:
+            break
+    pub.publish(CHUNK, TextDelta(text="!"))
+    assert pub.pending == 1  # held for the interval, not appended on the spot
+    for _ in range(200):
+        await asyncio.sleep(0.01)
+        if pub.pending == 0 and len(await backend.read(sid)) == 2:
             break
     assert [e.data["text"] for e in await backend.read(sid)] == ["hi", "!"]
     await pub.aclose()
+
+
+async def test_the_first_chunk_after_a_boundary_is_not_batched(backend: ChunkStreamBackend) -> None:
+    """A reader's first token never waits for the batching interval."""
+    sid = _sid()
+    pub = ChunkPublisher(backend, sid, flush_interval_s=60)
+    await pub.step_start(0)
+    pub.publish_chunk(TextDelta(text="first"))
+    for _ in range(1000):
+        if len(await backend.read(sid)) == 2:
+            break
+        await asyncio.sleep(0.005)
+    assert len(await backend.read(sid)) == 2
+    pub.publish_chunk(TextDelta(text="second"))
+    await asyncio.sleep(0.05)
+    assert pub.pending == 1  # the rest is batched again
+    await pub.aclose()
+    assert [e.type for e in await backend.read(sid)] == ["step-start", CHUNK, CHUNK]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="wake-ups need Linux")
+async def test_sqlite_readers_are_woken_not_polled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower on the SQLite file sees another writer's append at once, although it
+    would otherwise reread only every 30 s (a wake-up, not a poll, delivers it)."""
+    monkeypatch.setattr(stream_base, "WAKE_FALLBACK_POLL_S", 30.0)
+    path = tmp_path / "a-rather-long-folder-name-to-pass-the-108-byte-socket-path-limit" / "c.db"
+    reader, writer = SQLiteStreamBackend(path), SQLiteStreamBackend(path)
+    await reader.open()
+    await writer.open()
+    sid = _sid()
+    try:
+        got: list[float] = []
+
+        async def follow() -> None:
+            async for _ev in reader.follow(sid, poll_interval=30.0):
+                got.append(asyncio.get_running_loop().time())
+
+        task = asyncio.create_task(follow())
+        await asyncio.sleep(0.2)  # the follower has read once and is waiting
+        sent = asyncio.get_running_loop().time()
+        await writer.append(sid, [{"type": CHUNK, "data": {"text": "hi"}}])
+        for _ in range(1000):
+            if got:
+                break
+            await asyncio.sleep(0.005)
+        assert got and got[0] - sent < 1.0
+        await writer.append(sid, [{"type": TURN_FINISH, "data": {"status": "completed"}}])
+        await asyncio.wait_for(task, 5)
+        assert len(got) == 2
+        assert await asyncio.to_thread(os.listdir, f"{path}.wake") == []  # unregistered
+    finally:
+        await reader.close()
+        await writer.close()
 
 
 async def test_failed_background_flush_is_retried_in_order() -> None:

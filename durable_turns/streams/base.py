@@ -129,6 +129,10 @@ def live_events(events: Iterable[StreamEvent]) -> list[StreamEvent]:
 # --- the backend interface ---------------------------------------------------------------
 
 
+WAKE_FALLBACK_POLL_S = 1.0
+"""With wake-ups, how often a follower rereads anyway (a lost wake-up costs at most this)."""
+
+
 class ChunkStreamBackend(abc.ABC):
     """Append-only, per-turn streams of events with backend-assigned offsets.
 
@@ -184,6 +188,13 @@ class ChunkStreamBackend(abc.ABC):
         """Delete what was written longer ago than ``older_than_s``; return how many batches."""
         return 0
 
+    def wakeups(
+        self, stream_id: str
+    ) -> contextlib.AbstractAsyncContextManager[asyncio.Event | None]:
+        """An event set when ``stream_id`` may have grown (None: this backend can't tell,
+        so ``follow`` polls). The SQLite backend wakes readers across processes."""
+        return contextlib.nullcontext(None)
+
     async def follow(
         self,
         stream_id: str,
@@ -195,26 +206,40 @@ class ChunkStreamBackend(abc.ABC):
     ) -> AsyncIterator[StreamEvent]:
         """Yield the events after ``after`` as they arrive, ending after ``turn-finish``.
 
-        This default polls ``read``; Redis blocks on the server instead. ``idle_timeout``
-        ends the iteration quietly when nothing new arrives for that long (a turn whose
-        worker died before its ``turn-finish``); the caller sees no ``turn-finish`` then.
+        This default rereads on every wake-up the backend gives (``wakeups``), and every
+        ``poll_interval`` only when it gives none (Redis blocks on the server instead).
+        ``idle_timeout`` ends the iteration quietly when nothing new arrives for that long
+        (a turn whose worker died before its ``turn-finish``); the caller sees no
+        ``turn-finish`` then.
         """
         cursor = after
         idle_since = time.monotonic()
-        while True:
-            events = await self.read(stream_id, cursor, limit=1024)
-            for ev in events:
-                cursor = ev.offset
-                yield ev
-                if until_finished and ev.type == TURN_FINISH:
-                    return
-            now = time.monotonic()
-            if events:
-                idle_since = now
-                continue
-            if idle_timeout is not None and now - idle_since >= idle_timeout:
-                return
-            await asyncio.sleep(poll_interval)
+        async with self.wakeups(stream_id) as woken:
+            pause = poll_interval if woken is None else WAKE_FALLBACK_POLL_S
+            while True:
+                if woken is not None:
+                    woken.clear()  # before the read: a wake-up during it is kept
+                events = await self.read(stream_id, cursor, limit=1024)
+                for ev in events:
+                    cursor = ev.offset
+                    yield ev
+                    if until_finished and ev.type == TURN_FINISH:
+                        return
+                now = time.monotonic()
+                if events:
+                    idle_since = now
+                    continue
+                wait = pause
+                if idle_timeout is not None:
+                    left = idle_timeout - (now - idle_since)
+                    if left <= 0:
+                        return
+                    wait = min(wait, left)
+                if woken is None:
+                    await asyncio.sleep(wait)
+                else:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(woken.wait(), wait)
 
 
 class MemoryBackend(ChunkStreamBackend):
@@ -252,7 +277,8 @@ class ChunkPublisher:
     """Batches one producer's events into few backend appends.
 
     ``publish`` is synchronous and costs a list append: it runs once per model chunk, on
-    the path the stall watchdog measures. A background task flushes the buffer
+    the path the stall watchdog measures. A background task flushes the first event after
+    a boundary at once (a reader's first token is never held back), then the buffer
     ``flush_interval_s`` after its first event, or at once when it holds ``max_batch``
     events; boundaries (``step_start``, ``step_finish``, ``tool_result``, ``turn_finish``,
     ``reset``) and ``aclose`` flush before returning, so readers see them promptly and
@@ -291,6 +317,9 @@ class ChunkPublisher:
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._eager = True
+        """The next event flushes at once: the first chunk after a boundary (the first
+        token a reader waits for) is not held back for ``flush_interval_s``."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -333,7 +362,7 @@ class ChunkPublisher:
                 self._kick.clear()
                 await self._kick.wait()  # set by the first event into an empty buffer
                 continue
-            if len(self._buf) < self.max_batch:
+            if not self._eager and len(self._buf) < self.max_batch:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(self.flush_interval_s):
                         while len(self._buf) < self.max_batch:
@@ -366,12 +395,16 @@ class ChunkPublisher:
                 self.appends += 1
                 del buf[:n]  # only now: a failed append keeps its events for the retry
                 todo -= n
+                if not drain:
+                    self._eager = False  # the first event after a boundary went out
         return self.last_offset
 
     async def boundary(self, event_type: str, data: Any = None) -> int:
         """Publish one event and flush: boundaries reach readers without the batching delay."""
         self.publish(event_type, data)
-        return await self.flush()
+        offset = await self.flush()
+        self._eager = True
+        return offset
 
     async def reset(self, attempt: int | None = None, reason: str | None = None) -> int:
         """Start a new attempt: drop unflushed events of the old one and write a reset marker.

@@ -2,19 +2,23 @@
 
 The embedded default, needing no server. Offsets are allocated inside a ``BEGIN IMMEDIATE``
 transaction (the file's write lock), so appends from different processes serialise and
-never collide; WAL lets readers poll while a writer appends. The standard library's
-sqlite3 runs on a worker thread, like the transcript store.
+never collide; WAL lets readers read while a writer appends, and each committed append
+wakes the readers that follow the file (``streams.wakeup``), so none of them polls. The
+standard library's sqlite3 runs on a worker thread, like the transcript store.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from durable_turns.sqlite_wal import SQLiteFile
 from durable_turns.streams.base import ChunkStreamBackend, StreamEvent, decode_batch, encode_batch
+from durable_turns.streams.wakeup import WakeChannel
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS chunk_batches (
@@ -30,9 +34,25 @@ CREATE INDEX IF NOT EXISTS chunk_batches_by_last ON chunk_batches (stream_id, la
 
 
 class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
-    """Batches as rows ``(stream_id, first_offset, last_offset, body)``; readers poll."""
+    """Batches as rows ``(stream_id, first_offset, last_offset, body)``; readers are woken."""
 
     schema = SCHEMA
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(path)
+        self._wake = None if self.path == ":memory:" else WakeChannel(self.path)
+
+    def wakeups(
+        self, stream_id: str
+    ) -> contextlib.AbstractAsyncContextManager[asyncio.Event | None]:
+        if self._wake is None:
+            return contextlib.nullcontext(None)
+        return self._wake.listen()
+
+    async def close(self) -> None:
+        if self._wake is not None:
+            self._wake.close()
+        await super().close()
 
     async def append(self, stream_id: str, events: Sequence[Mapping[str, Any]]) -> int:
         if not events:
@@ -60,6 +80,8 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+        if self._wake is not None:
+            self._wake.notify()
         return first + n - 1
 
     def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
