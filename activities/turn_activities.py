@@ -63,6 +63,7 @@ from durable_turns.tools import ToolContext, ToolRegistry
 from hooks import TurnHooks
 from hooks.session import Session
 from hooks.types import (
+    CacheConfig,
     ChatErrorContext,
     ChatResponseResult,
     PrepareStepContext,
@@ -352,7 +353,9 @@ class TurnActivities:
         )  # a StepConfig() when before_step is not overridden
         model = step_config.model or inp.model
         provider, model_name = self._resolve(model)
-        request = await self._request(model_name, config, step_config, messages)
+        request = await self._request(
+            model_name, config, step_config, messages, turn.conversation_id
+        )
         async with self._publisher(turn.turn_id, inp.step) as publisher:
             if publisher is not None:
                 if activity.info().attempt > 1:  # readers drop what earlier attempts streamed
@@ -394,7 +397,12 @@ class TurnActivities:
             yield publisher
 
     async def _request(
-        self, model_name: str, config: TurnConfig, step: StepConfig, messages: list[Message]
+        self,
+        model_name: str,
+        config: TurnConfig,
+        step: StepConfig,
+        messages: list[Message],
+        conversation_id: str = "",
     ) -> ModelRequest:
         return ModelRequest(
             model=model_name,
@@ -407,6 +415,8 @@ class TurnActivities:
             output_schema=config.output,
             send_reasoning=True,  # the model gets its own reasoning back within a turn
             cached_prompt=(await self.session()).cached_prompt,
+            cache=(config.cache or CacheConfig()).merged(step.cache),
+            conversation_id=conversation_id,
             attempt=activity.info().attempt,
             **{k: getattr(config, k) for k in SAMPLING},
         )
