@@ -29,6 +29,7 @@ from activities.streams import ChunkPublisher, ChunkStreamBackend
 from activities.structured_output import OUTPUT_ERROR, check_output, parse_output
 from activities.tool_calls import jsonable, run_tool_call
 from activities.transforms import UnknownTransform, apply_transforms, resolve_transforms
+from durable_turns import pricing
 from durable_turns.config import Settings
 from durable_turns.contract import (
     BeginTurnInput,
@@ -272,7 +273,7 @@ class TurnActivities:
         base = TurnConfig()
         return TurnContext(
             system=await self._system(base),
-            messages=await ctx_build.base_messages(self.store, turn),
+            messages=await ctx_build.base_messages(self.store, turn, truncate=True),
             tools=self._tool_specs(base),
             model=model,
             continuation=turn.continuation,
@@ -683,8 +684,8 @@ class TurnActivities:
             steps=len(steps),
             continuation=turn.continuation,
             error=error,
-            usage=sum((s.usage for s in steps), Usage()),
             respond=self.lifecycle.overrides("on_chat_response"),
+            **pricing.turn_accounting([(s.model, s.usage) for s in steps]),
         )
 
     @activity.defn(name="chat_response")

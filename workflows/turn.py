@@ -225,6 +225,10 @@ class TurnWorkflow:
         # The previous step's prompt plus its output is about what this one sends.
         context = previous.usage.input_tokens + previous.usage.output_tokens if previous else 0
         size = f" · {context / 1000:.1f}k tokens in" if context else ""
+        if previous and previous.usage.cached_input_tokens:  # the previous step's share
+            size += (
+                f" · {previous.usage.cached_input_tokens / previous.usage.input_tokens:.0%} cached"
+            )
         return await workflow.execute_activity(
             "model_step",
             ModelStepInput(turn=ref, step=step, model=plan.model),
