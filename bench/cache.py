@@ -250,16 +250,10 @@ def render(rows: list[tuple[str, Measured]], turns: int) -> str:
     return "\n".join(lines)
 
 
-async def amain(turns: int, out: Path | None) -> None:
+async def amain(turns: int) -> list[tuple[str, Measured]]:
     with tempfile.TemporaryDirectory(prefix="bench-cache-") as tmp:
         async with temporal_server(Path(tmp)) as (address, _config):
-            rows = await measure(turns, address, Path(tmp))
-    text = render(rows, turns)
-    print(text)
-    if out is not None:
-        out.write_text(text + "\n")
-        data = [{"provider": p, "client": m.label, **m.totals.__dict__} for p, m in rows]
-        out.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
+            return await measure(turns, address, Path(tmp))
 
 
 def main() -> None:
@@ -269,7 +263,13 @@ def main() -> None:
         "--out", type=Path, default=ROOT / "bench" / "results" / "cache.md", help="results file"
     )
     args = parser.parse_args()
-    asyncio.run(amain(args.turns, args.out))
+    rows = asyncio.run(amain(args.turns))
+    text = render(rows, args.turns)
+    print(text)
+    if args.out is not None:
+        args.out.write_text(text + "\n")
+        data = [{"provider": p, "client": m.label, **m.totals.__dict__} for p, m in rows]
+        args.out.with_suffix(".json").write_text(json.dumps(data, indent=2) + "\n")
 
 
 if __name__ == "__main__":

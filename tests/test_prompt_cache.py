@@ -6,6 +6,7 @@ The end-to-end tests run a conversation through a real worker against ``tests/ca
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -184,7 +185,10 @@ def test_truncation_moves_in_buckets_so_the_prefix_stays_stable() -> None:
     for n in range(2, len(full) + 1, 2):  # one turn at a time
         now = truncate_older(full[:n], config)
         if previous is not None:
-            same = [a.model_dump_json() == b.model_dump_json() for a, b in zip(previous, now)]
+            same = [
+                a.model_dump_json() == b.model_dump_json()
+                for a, b in zip(previous, now, strict=False)
+            ]
             rewrites += not all(same)
         previous = now
     # Think's rule rewrites older messages nearly every turn; the buckets, once per 4 turns
@@ -268,7 +272,7 @@ async def test_anthropic_conversation_is_served_from_the_cache(
     # consecutive requests share their prefix byte for byte up to the earlier one's last breakpoint
     bodies = [r.body for r in server.requests if r.path == "/v1/messages"]
     assert len(bodies) == TURNS + TURNS // 3  # a tool step every third turn
-    for before, after in zip(bodies, bodies[1:]):
+    for before, after in itertools.pairwise(bodies):
         a, b = _blocks(before), _blocks(after)
         last = max(i for i, (_, block) in enumerate(a) if "cache_control" in block)
         assert [(r, _plain(x)) for r, x in a[: last + 1]] == [
