@@ -7,6 +7,7 @@ from hooks.classifier import CONTEXT_OVERFLOW_PATTERN, default_context_overflow_
 from hooks.extensions import Extension
 from hooks.session import ContextBlock, Session, approximate_token_count
 from hooks.types import (
+    CacheConfig,
     ChatErrorClassification,
     ChatErrorContext,
     ChatResponseResult,
@@ -21,6 +22,7 @@ from hooks.types import (
     ToolCallDecision,
     ToolCallResultContext,
     ToolSpec,
+    TruncationConfig,
     TurnConfig,
     TurnContext,
     has_tool_call,
@@ -29,6 +31,7 @@ from hooks.types import (
 
 __all__ = [
     "CONTEXT_OVERFLOW_PATTERN",
+    "CacheConfig",
     "ChatErrorClassification",
     "ChatErrorContext",
     "ChatResponseResult",
@@ -46,6 +49,7 @@ __all__ = [
     "ToolCallDecision",
     "ToolCallResultContext",
     "ToolSpec",
+    "TruncationConfig",
     "TurnConfig",
     "TurnContext",
     "TurnHooks",
