@@ -326,3 +326,37 @@ async def test_openai_conversation_is_served_from_the_cache(
     assert engine.share >= 0.75
     assert engine.share >= direct.totals.share - 0.03
     assert results[-1].usage.cached_input_tokens > 0
+
+
+async def test_usage_carries_cache_reads_for_every_api(server: LLMServer) -> None:
+    """Responses' ``input_tokens_details.cached_tokens``, Chat's ``prompt_tokens_details``,
+    Anthropic's ``cache_read_input_tokens`` / ``cache_creation_input_tokens``."""
+    from activities.models.anthropic import AnthropicProvider
+    from activities.models.openai import OpenAIProvider
+    from durable_turns.messages import FinishChunk
+    from tests.llm_server import FIXTURES, Reply
+
+    text = (FIXTURES / "openai/responses_text.sse").read_text()
+    server.push(Reply(body=text.replace('"cached_tokens":0', '"cached_tokens":120')))
+    openai_provider = OpenAIProvider(api_key="sk-test", base_url=server.openai_base_url)
+    request = ModelRequest(model="gpt-5@responses", messages=[user_message("hi")])
+    finish = [p async for p in openai_provider.stream(request) if isinstance(p, FinishChunk)]
+    assert finish[0].usage.cached_input_tokens == 120
+    assert server.requests[-1].body.get("prompt_cache_key") is None  # no conversation id
+    await openai_provider.aclose()
+
+    server.responder = CacheSim()
+    try:
+        anthropic_provider = AnthropicProvider(api_key="k", base_url=server.base_url)
+        long = ModelRequest(model="claude-sonnet-4-5", messages=[user_message("x" * 8000)])
+        usages = []
+        for _ in range(2):
+            async for part in anthropic_provider.stream(long):
+                if isinstance(part, FinishChunk):
+                    usages.append(part.usage)
+        await anthropic_provider.aclose()
+    finally:
+        server.responder = None
+    assert usages[0].cache_creation_input_tokens > 0 and usages[0].cached_input_tokens == 0
+    assert usages[1].cached_input_tokens == usages[0].cache_creation_input_tokens
+    assert usages[1].input_tokens == usages[0].input_tokens
