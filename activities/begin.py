@@ -42,7 +42,8 @@ class BeginActivities:
                 turn.status = "skipped"
                 await deps.store.save_turn(turn)
                 return TurnPlan(model=model, max_steps=0, skip=True)
-            context = await self._compact_after(turn, model)
+            await self._compact_after(turn, model)
+            context = await ctx_build.base_messages(deps.store, turn, truncate=True)
             config = await deps.lifecycle.before_turn(
                 await self._turn_context(turn, model, context)
             )
@@ -54,17 +55,19 @@ class BeginActivities:
         await deps.store.save_turn(turn)
         return self._plan(config, model, inp)
 
-    async def _compact_after(self, turn: TurnRecord, model: str) -> list[Message]:
-        """``compact_after(tokens)``: compact between turns once the context passed it.
-        Returns the context the turn starts from (read once, reread only after compacting)."""
+    async def _compact_after(self, turn: TurnRecord, model: str) -> None:
+        """``compact_after(tokens)``: compact between turns once the context passed it."""
         session = await self.deps.session()
         context = await ctx_build.base_messages(self.deps.store, turn)
-        if not session.needs_compaction(context):
-            return context
-        await store_compaction(
-            self.deps, turn, context, model, f"{turn.turn_id}/compaction-before", "compact_after"
-        )
-        return await ctx_build.base_messages(self.deps.store, turn)
+        if session.needs_compaction(context):
+            await store_compaction(
+                self.deps,
+                turn,
+                context,
+                model,
+                f"{turn.turn_id}/compaction-before",
+                "compact_after",
+            )
 
     async def _can_continue(self, conversation_id: str) -> bool:
         transcript = [

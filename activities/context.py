@@ -7,6 +7,7 @@ independent of conversation size: activities receive ids, never the context.
 from __future__ import annotations
 
 from durable_turns.activities.compaction import apply_compaction
+from durable_turns.activities.truncation import truncate_older
 from durable_turns.contract import CONTINUE_PROMPT
 from durable_turns.hooks.types import StepResult, TurnConfig
 from durable_turns.messages import (
@@ -116,8 +117,12 @@ def step_result(step: StepRecord, results: dict[str, ToolResultRecord]) -> StepR
     )
 
 
-async def base_messages(store: TranscriptStore, turn: TurnRecord) -> list[Message]:
-    """The context before this turn's own output: the transcript, or before_turn's override."""
+async def base_messages(
+    store: TranscriptStore, turn: TurnRecord, *, truncate: bool = False
+) -> list[Message]:
+    """The context before this turn's own output: the transcript, or before_turn's override.
+    ``truncate``: older messages truncated as the turn's ``truncation`` says (what the model
+    sees; compaction reads them whole)."""
     config = turn_config(turn)
     if config.messages is not None:
         messages = list(config.messages)
@@ -125,6 +130,8 @@ async def base_messages(store: TranscriptStore, turn: TurnRecord) -> list[Messag
         own = assistant_message_id(turn.turn_id)
         stored = [m for m in await store.messages(turn.conversation_id) if m.id != own]
         messages = apply_compaction(stored)
+        if truncate:
+            messages = truncate_older(messages, config.truncation)
     if turn.continuation and messages and _needs_continue_prompt(messages[-1]):
         messages.append(continue_prompt(turn.turn_id))
     return messages
@@ -144,7 +151,7 @@ async def step_messages(
     results: dict[str, ToolResultRecord],
 ) -> list[Message]:
     """The messages a model step sends: the base context plus this turn's steps so far."""
-    messages = await base_messages(store, turn)
+    messages = await base_messages(store, turn, truncate=True)
     if steps:
         messages.append(assistant_message(turn, steps, results, status="running"))
     return messages

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
+from durable_turns import pricing
 from durable_turns.activities import context as ctx_build
 from durable_turns.activities.deps import ActivityDeps, keep_alive
 from durable_turns.activities.structured_output import OUTPUT_ERROR, check_output, parse_output
@@ -25,7 +26,7 @@ from durable_turns.contract import (
     turn_workflow_id,
 )
 from durable_turns.hooks.types import ChatErrorContext, ChatResponseResult
-from durable_turns.messages import Message, Usage
+from durable_turns.messages import Message
 from durable_turns.store import StepRecord, ToolResultRecord, TurnRecord
 
 
@@ -143,8 +144,8 @@ class FinishActivities:
             steps=len(steps),
             continuation=turn.continuation,
             error=error,
-            usage=sum((s.usage for s in steps), Usage()),
             respond=self.deps.lifecycle.overrides("on_chat_response"),
+            **pricing.turn_accounting([(s.model, s.usage) for s in steps]),
         )
 
     @activity.defn(name=CHAT_RESPONSE)

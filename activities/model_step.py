@@ -18,7 +18,13 @@ from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.errors import INVALID_REQUEST, STREAM_STALLED, provider_failure
 from durable_turns.activities.streaming import StepSnapshot, StreamStalled, consume
 from durable_turns.contract import MODEL_STEP, ModelStepInput, StepSummary, ToolCallRef, TurnRef
-from durable_turns.hooks.types import ChatErrorContext, PrepareStepContext, StepConfig, TurnConfig
+from durable_turns.hooks.types import (
+    CacheConfig,
+    ChatErrorContext,
+    PrepareStepContext,
+    StepConfig,
+    TurnConfig,
+)
 from durable_turns.messages import (
     Message,
     ReasoningDelta,
@@ -80,7 +86,9 @@ class ModelStepActivities:
         )  # a StepConfig() when before_step is not overridden
         model = step_config.model or inp.model
         provider, model_name = self.deps.resolve(model)
-        request = await self._request(model_name, config, step_config, messages)
+        request = await self._request(
+            model_name, config, step_config, messages, turn.conversation_id
+        )
         async with self.deps.publisher(turn.turn_id, inp.step) as publisher:
             if publisher is not None:
                 if activity.info().attempt > 1:  # readers drop what earlier attempts streamed
@@ -110,7 +118,12 @@ class ModelStepActivities:
             return summary
 
     async def _request(
-        self, model_name: str, config: TurnConfig, step: StepConfig, messages: list[Message]
+        self,
+        model_name: str,
+        config: TurnConfig,
+        step: StepConfig,
+        messages: list[Message],
+        conversation_id: str,
     ) -> ModelRequest:
         return ModelRequest(
             model=model_name,
@@ -123,6 +136,8 @@ class ModelStepActivities:
             output_schema=config.output,
             send_reasoning=True,  # the model gets its own reasoning back within a turn
             cached_prompt=(await self.deps.session()).cached_prompt,
+            cache=(config.cache or CacheConfig()).merged(step.cache),
+            conversation_id=conversation_id,
             attempt=activity.info().attempt,
             **{k: getattr(config, k) for k in SAMPLING},
         )

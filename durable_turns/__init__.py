@@ -39,6 +39,8 @@ _EXPORTS: dict[str, str] = {
     # hooks
     "TurnHooks": "durable_turns.hooks",
     "CONTEXT_OVERFLOW_PATTERN": "durable_turns.hooks",
+    "CacheConfig": "durable_turns.hooks",
+    "TruncationConfig": "durable_turns.hooks",
     "ChatErrorClassification": "durable_turns.hooks",
     "ChatErrorContext": "durable_turns.hooks",
     "ChatResponseResult": "durable_turns.hooks",
@@ -66,6 +68,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "CONTEXT_OVERFLOW_PATTERN",
+    "CacheConfig",
     "ChatErrorClassification",
     "ChatErrorContext",
     "ChatResponseResult",
@@ -89,6 +92,7 @@ __all__ = [
     "ToolContext",
     "ToolRegistry",
     "ToolSpec",
+    "TruncationConfig",
     "TurnConfig",
     "TurnContext",
     "TurnHooks",
@@ -124,6 +128,7 @@ if TYPE_CHECKING:
     from durable_turns.contract import SubmitMessages, TurnResult
     from durable_turns.hooks import (
         CONTEXT_OVERFLOW_PATTERN,
+        CacheConfig,
         ChatErrorClassification,
         ChatErrorContext,
         ChatResponseResult,
@@ -141,6 +146,7 @@ if TYPE_CHECKING:
         ToolCallDecision,
         ToolCallResultContext,
         ToolSpec,
+        TruncationConfig,
         TurnConfig,
         TurnContext,
         TurnHooks,

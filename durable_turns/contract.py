@@ -192,6 +192,10 @@ class TurnResult(_Wire):
     """The final answer parsed as JSON, when ``TurnConfig.output`` asked for structured output."""
     respond: bool = True
     """False when the worker's hooks do not override ``on_chat_response``: no activity runs."""
+    cost_usd: float | None = None
+    """Estimated from ``durable_turns.pricing`` (None: no price for the model, tokens only)."""
+    usage_text: str = ""
+    """``"41.2k in · 93% cached · 1.1k out · $0.0210"``."""
 
 
 class RequestRecord(_Wire):
@@ -213,6 +217,10 @@ class ConversationState(_Wire):
     queue: list[RequestRecord] = Field(default_factory=list)
     recent: list[RequestRecord] = Field(default_factory=list)
     last_result: TurnResult | None = None
+    usage: Usage = Field(default_factory=Usage)
+    """The conversation's tokens so far (this run and the runs before a continue-as-new)."""
+    cost_usd: float | None = None
+    """The sum of its turns' estimates (turns of unpriced models count tokens only)."""
 
 
 # --- activity I/O --------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from durable_turns.hooks.classifier import (
 from durable_turns.hooks.extensions import Extension
 from durable_turns.hooks.session import ContextBlock, Session, approximate_token_count
 from durable_turns.hooks.types import (
+    CacheConfig,
     ChatErrorClassification,
     ChatErrorContext,
     ChatResponseResult,
@@ -24,6 +25,7 @@ from durable_turns.hooks.types import (
     ToolCallDecision,
     ToolCallResultContext,
     ToolSpec,
+    TruncationConfig,
     TurnConfig,
     TurnContext,
     has_tool_call,
@@ -32,6 +34,7 @@ from durable_turns.hooks.types import (
 
 __all__ = [
     "CONTEXT_OVERFLOW_PATTERN",
+    "CacheConfig",
     "ChatErrorClassification",
     "ChatErrorContext",
     "ChatResponseResult",
@@ -49,6 +52,7 @@ __all__ = [
     "ToolCallDecision",
     "ToolCallResultContext",
     "ToolSpec",
+    "TruncationConfig",
     "TurnConfig",
     "TurnContext",
     "TurnHooks",

@@ -44,6 +44,73 @@ class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
 
+class CacheConfig(BaseModel):
+    """Prompt caching of a turn or a step (on by default; see ``docs/costs.md``).
+
+    ``False`` or ``"off"`` turns it off, ``"5m"`` / ``"1h"`` set the TTL, a dict sets fields.
+    Anthropic: breakpoints on the tools, the system prompt, the end of the previous request
+    and the end of this one. OpenAI caches stable prefixes by itself; the engine sends
+    ``prompt_cache_key`` (the conversation id) so a conversation's requests meet its cache.
+    ``provider_options={"cache": ...}`` (or under a provider's name) wins over this.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    ttl: Literal["5m", "1h"] | None = None
+    """Anthropic's cache lifetime (None: the API's default, 5 minutes). A 1-hour write costs
+    2x the input price instead of 1.25x; worth it when turns are more than 5 minutes apart."""
+    key: str | None = None
+    """OpenAI's ``prompt_cache_key`` (None: the conversation id)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, bool):
+            return {"enabled": data}
+        if data in ("off", "none", "disabled"):
+            return {"enabled": False}
+        if data in ("on", "auto"):
+            return {}
+        if data in ("5m", "1h"):
+            return {"ttl": data}
+        return data
+
+    def merged(self, other: CacheConfig | None) -> CacheConfig:
+        """This config with ``other``'s explicitly set fields over it."""
+        if other is None:
+            return self
+        return self.model_copy(update={k: getattr(other, k) for k in other.model_fields_set})
+
+
+class TruncationConfig(BaseModel):
+    """Think's ``truncateOlderMessages``: in messages older than the last ``keep_recent``,
+    tool outputs are cut to ``tool_output_chars`` and texts to ``text_chars`` (on by default).
+
+    ``False`` or ``"off"`` turns it off. To keep the prompt cache warm, the boundary moves in
+    steps of ``every`` messages (``activities/truncation.py``): a message is truncated once,
+    and its bytes stay the same from then on. ``every=1`` is Think's exact rule (the boundary
+    moves each message, which rewrites the cached prefix near the end of every turn).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    keep_recent: int = Field(default=4, ge=0)
+    tool_output_chars: int = Field(default=500, ge=0)
+    text_chars: int = Field(default=10_000, ge=0)
+    every: int = Field(default=8, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, bool):
+            return {"enabled": data}
+        if data in ("off", "none", "disabled"):
+            return {"enabled": False}
+        return data
+
+
 class TurnConfig(_Config):
     """``before_turn``'s return: every field optional; return only what you change.
 
@@ -97,6 +164,12 @@ class TurnConfig(_Config):
     experimental_transform: list[str] | None = None
     """Names of stream transforms registered on the worker (``activities.transforms``),
     applied in order to each model step's stream before it is accumulated or observed."""
+    cache: CacheConfig | None = None
+    """Prompt caching (on by default): ``False``/``"off"``, ``"5m"``/``"1h"``, or a
+    ``CacheConfig``. ``provider_options`` still win."""
+    truncation: TruncationConfig | None = None
+    """Truncation of older messages (on by default, Think's rule): ``False``/``"off"`` or a
+    ``TruncationConfig``. Not applied to a ``messages`` override."""
 
     @model_validator(mode="before")
     @classmethod
@@ -129,6 +202,8 @@ class StepConfig(_Config):
     inherit it until a ``before_step`` sets it again). JSON-serialisable: it is stored."""
     provider_options: dict[str, Any] | None = None
     """Merged over the turn's ``provider_options`` for this step only."""
+    cache: CacheConfig | None = None
+    """Prompt caching for this step; its set fields win over the turn's ``cache``."""
 
     @property
     def sets_context(self) -> bool:

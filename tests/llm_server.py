@@ -35,6 +35,7 @@ import contextlib
 import json
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from http import HTTPStatus
 from pathlib import Path
@@ -101,6 +102,8 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: Any
+    raw: str = field(default="", repr=False)
+    """The body as sent, for byte-level comparisons."""
 
 
 class LLMServer:
@@ -110,6 +113,8 @@ class LLMServer:
         self.requests: list[Recorded] = []
         self.default: Reply | None = None
         """Answers when the queue is empty (otherwise: a 400 naming the unscripted request)."""
+        self.responder: Callable[[Recorded], Reply] | None = None
+        """Answers every API request when set (``tests/cache_sim.py``: a cache-accounting mode)."""
         self._queue: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -141,6 +146,7 @@ class LLMServer:
             self._queue.clear()
             self.requests.clear()
             self.default = None
+            self.responder = None
 
     def pending(self) -> int:
         with self._lock:
@@ -215,7 +221,9 @@ class LLMServer:
                 return
             with self._lock:
                 self.requests.append(request)
-            reply = self._next() if request.path in API_PATHS else None
+            reply = None
+            if request.path in API_PATHS:
+                reply = self.responder(request) if self.responder else self._next()
             if reply is None:
                 what = f"llm_server: nothing scripted for {request.method} {request.path}"
                 error = {
@@ -322,7 +330,13 @@ async def _read_request(reader: asyncio.StreamReader) -> Recorded | None:
     body: Any = raw.decode("utf-8", "replace")
     with contextlib.suppress(ValueError):
         body = json.loads(body) if body else None
-    return Recorded(method=method, path=target.split("?", 1)[0], headers=headers, body=body)
+    return Recorded(
+        method=method,
+        path=target.split("?", 1)[0],
+        headers=headers,
+        body=body,
+        raw=raw.decode("utf-8", "replace"),
+    )
 
 
 def main() -> None:

@@ -60,6 +60,7 @@ def sent_key(headers: dict[str, str]) -> str:
 
 def request(*messages: Message, **settings: object) -> ModelRequest:
     settings.setdefault("model", "claude-test-model")
+    settings.setdefault("cache", False)  # breakpoints: tests/test_prompt_cache.py
     return ModelRequest(
         messages=list(messages) or [user_message("Hi")],
         **settings,  # type: ignore[arg-type]

@@ -49,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
         turn_workflow_id,
         validation_problems,
     )
-    from durable_turns.messages import Message
+    from durable_turns.messages import Message, Usage
     from durable_turns.workflows import options
 
 RECENT = 50
@@ -73,6 +73,8 @@ class ConversationInput(ConversationSettings):
     last_result: TurnResult | None = None
     last_body: dict[str, Any] = Field(default_factory=dict)
     last_model: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float | None = None
 
 
 class InvalidRequest(ValueError):
@@ -94,6 +96,8 @@ class ConversationWorkflow:
         self._last_result = inp.last_result
         self._last_body = inp.last_body
         self._last_model = inp.last_model
+        self._usage = inp.usage
+        self._cost = inp.cost_usd
         self._running: PendingRequest | None = None
         self._running_turn: workflow.ChildWorkflowHandle[Any, TurnResult] | None = None
         self._responses: set[asyncio.Task[Any]] = set()
@@ -209,6 +213,9 @@ class ConversationWorkflow:
         record.error = result.error
         self._results[request.request_id] = result
         self._last_result = result
+        self._usage = self._usage + result.usage
+        if result.cost_usd is not None:
+            self._cost = (self._cost or 0.0) + result.cost_usd
         while len(self._results) > RECENT:
             self._results.pop(next(iter(self._results)))
         self._trim()
@@ -325,6 +332,8 @@ class ConversationWorkflow:
             queue=[self._records[p.request_id] for p in self._queue],
             recent=[r for r in self._records.values() if r.status not in ("queued", "running")],
             last_result=self._last_result,
+            usage=self._usage,
+            cost_usd=self._cost,
         )
 
     # --- helpers ----------------------------------------------------------------------------
@@ -384,6 +393,8 @@ class ConversationWorkflow:
             last_result=self._last_result,
             last_body=self._last_body,
             last_model=self._last_model,
+            usage=self._usage,
+            cost_usd=self._cost,
         )
 
 

@@ -232,6 +232,9 @@ class TurnWorkflow:
         # The previous step's prompt plus its output is about what this one sends.
         context = previous.usage.input_tokens + previous.usage.output_tokens if previous else 0
         size = f" · {context / 1000:.1f}k tokens in" if context else ""
+        used = previous.usage if previous else None  # the previous step's cached share
+        if used is not None and used.cached_input_tokens and used.input_tokens:
+            size += f" · {used.cached_input_tokens / used.input_tokens:.0%} cached"
         return await workflow.execute_activity(
             MODEL_STEP,
             ModelStepInput(turn=ref, step=step, model=plan.model),

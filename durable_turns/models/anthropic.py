@@ -62,6 +62,7 @@ from durable_turns.models.base import (
     ProviderError,
     parse_tool_input,
 )
+from durable_turns.models.caching import effective_cache, place_anthropic_breakpoints, stable_tools
 from durable_turns.models.providers import (
     env,
     estimate_tokens,
@@ -188,6 +189,7 @@ def build_body(
     options.pop("api", None)  # the OpenAI provider's API switch, not a body field
     if isinstance(scoped, dict):
         options.update(scoped)
+    cache = effective_cache(request.cache, options)
     mode = options.pop("structured_output", "native")
     warnings: list[str] = []
 
@@ -200,10 +202,7 @@ def build_body(
     }
     system = "\n\n".join(s for s in [request.system, *extra_system] if s)
     if system:
-        block: dict[str, Any] = {"type": "text", "text": system}
-        if request.cached_prompt:
-            block["cache_control"] = {"type": "ephemeral"}
-        body["system"] = [block]
+        body["system"] = [{"type": "text", "text": system}]
     for key in ("temperature", "top_p", "top_k"):
         if getattr(request, key) is not None:
             body[key] = getattr(request, key)
@@ -215,7 +214,7 @@ def build_body(
 
     tools = [
         {"name": t.name, "description": t.description, "input_schema": t.input_schema}
-        for t in request.tools
+        for t in stable_tools(request.tools)
     ]
     tool_choice = _tool_choice(request.tool_choice) if tools else None
     json_tool = None
@@ -239,6 +238,9 @@ def build_body(
     if tool_choice is not None:
         body["tool_choice"] = tool_choice
     body.update(options)
+    place_anthropic_breakpoints(
+        body, cache, system_only=request.cached_prompt and not cache.enabled
+    )
     return body, dict(request.headers), json_tool, warnings
 
 

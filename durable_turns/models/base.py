@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from durable_turns.hooks.types import CacheConfig
 from durable_turns.messages import Message, StreamPart, ToolChoice, ToolSpec
 
 ErrorKind = Literal["transient", "context_overflow", "auth", "invalid_request", "fatal"]
@@ -72,6 +73,11 @@ class ModelRequest(BaseModel):
     output_schema: dict[str, Any] | None = None
     send_reasoning: bool = True
     cached_prompt: bool = False
+    """Mark the system prompt for caching even when ``cache`` is off (``with_cached_prompt()``)."""
+    cache: CacheConfig = Field(default_factory=CacheConfig)
+    """Prompt caching (``activities/models/caching.py``); on by default."""
+    conversation_id: str = ""
+    """Routes a conversation's requests to the same prompt cache (OpenAI's ``prompt_cache_key``)."""
     attempt: int = 1
     """The activity attempt (1-based); the demo provider scripts failures with it."""
 

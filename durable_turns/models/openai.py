@@ -62,6 +62,7 @@ from durable_turns.models.base import (
     ProviderError,
     parse_tool_input,
 )
+from durable_turns.models.caching import effective_cache, openai_cache_fields, stable_tools
 from durable_turns.models.providers import (
     data_url,
     env,
@@ -210,6 +211,13 @@ def _options(request: ModelRequest) -> dict[str, Any]:
     return options
 
 
+def _cached(request: ModelRequest) -> dict[str, Any]:
+    """The provider options, with ``prompt_cache_key`` first unless caching is off."""
+    options = _options(request)
+    cache = effective_cache(request.cache, options)
+    return {**openai_cache_fields(cache, request.conversation_id, options), **options}
+
+
 def _unsupported(request: ModelRequest, keys: tuple[str, ...], api: str) -> list[str]:
     return [
         f"{key} is not supported by the OpenAI {api} API; it was ignored"
@@ -247,7 +255,7 @@ def chat_body(request: ModelRequest, *, custom_server: bool) -> tuple[dict[str, 
                     "parameters": t.input_schema,
                 },
             }
-            for t in request.tools
+            for t in stable_tools(request.tools)
         ]
         if request.tool_choice is not None:
             choice = request.tool_choice
@@ -261,7 +269,7 @@ def chat_body(request: ModelRequest, *, custom_server: bool) -> tuple[dict[str, 
             "type": "json_schema",
             "json_schema": {"name": "response", "schema": request.output_schema, "strict": False},
         }
-    body.update(_options(request))
+    body.update(_cached(request))
     return body, warnings
 
 
@@ -286,7 +294,7 @@ def responses_body(request: ModelRequest) -> tuple[dict[str, Any], list[str]]:
                 "parameters": t.input_schema,
                 "strict": False,
             }
-            for t in request.tools
+            for t in stable_tools(request.tools)
         ]
         if request.tool_choice is not None:
             choice = request.tool_choice
@@ -304,7 +312,7 @@ def responses_body(request: ModelRequest) -> tuple[dict[str, Any], list[str]]:
                 "strict": False,
             }
         }
-    body.update(_options(request))
+    body.update(_cached(request))
     return body, warnings
 
 
