@@ -46,6 +46,7 @@ from durable_turns.contract import (
     TurnPlan,
     TurnRef,
     TurnResult,
+    model_id_problem,
     turn_id,
     turn_workflow_id,
 )
@@ -284,6 +285,9 @@ class TurnActivities:
 
     def _check(self, config: TurnConfig, model: str) -> None:
         """Fail the turn now, clearly, on a decision no step could carry out."""
+        problem = model_id_problem(model)
+        if problem:
+            raise ApplicationError(problem, type=INVALID_MODEL, non_retryable=True)
         self._resolve(model)
         try:
             resolve_transforms(config.experimental_transform or [])
