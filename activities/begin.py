@@ -9,8 +9,8 @@ from durable_turns.activities import compaction
 from durable_turns.activities import context as ctx_build
 from durable_turns.activities.compact import store_compaction
 from durable_turns.activities.deps import ActivityDeps, keep_alive
-from durable_turns.activities.errors import INVALID_REQUEST
-from durable_turns.contract import BEGIN_TURN, BeginTurnInput, TurnPlan
+from durable_turns.activities.errors import INVALID_MODEL, INVALID_REQUEST
+from durable_turns.contract import BEGIN_TURN, BeginTurnInput, TurnPlan, model_id_problem
 from durable_turns.hooks.types import TurnConfig, TurnContext
 from durable_turns.messages import Message
 from durable_turns.store import TurnRecord
@@ -96,6 +96,9 @@ class BeginActivities:
 
     def _check(self, config: TurnConfig, model: str) -> None:
         """Fail the turn now, clearly, on a decision no step could carry out."""
+        problem = model_id_problem(model)
+        if problem:
+            raise ApplicationError(problem, type=INVALID_MODEL, non_retryable=True)
         self.deps.resolve(model)
         try:
             resolve_transforms(config.experimental_transform or [])

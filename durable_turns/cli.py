@@ -20,7 +20,7 @@ from typing import Any
 
 from durable_turns.client import TurnsClient
 from durable_turns.config import Settings
-from durable_turns.contract import TurnResult
+from durable_turns.contract import TurnResult, id_problem
 from durable_turns.devserver import EmbeddedServer, port_open
 
 
@@ -196,6 +196,9 @@ def main(argv: list[str] | None = None) -> None:
 
         runtime.main(argv[1:] if argv else sys.argv[2:])
         return
+    conversation = getattr(args, "conversation", None)
+    if conversation is not None and (problem := id_problem(conversation)):
+        parser().exit(2, f"turns {args.command}: invalid conversation id: {problem}\n")
     settings = Settings.from_env()
     try:
         code = asyncio.run(COMMANDS[args.command](args, settings))

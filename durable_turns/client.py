@@ -15,14 +15,21 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WithStartWorkflowOperation,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_turns.codec import data_converter_from_env
 from durable_turns.config import Settings
 from durable_turns.contract import (
     CONVERSATION_WORKFLOW,
+    HANDED_OVER,
     QUERY_STATE,
     SIGNAL_CANCEL,
     SIGNAL_CONTINUE,
@@ -30,8 +37,11 @@ from durable_turns.contract import (
     SIGNAL_TOOL_RESULT,
     UPDATE_SEND,
     ConversationState,
+    InvalidId,
     RequestRecord,
     TurnResult,
+    check_conversation_id,
+    id_problem,
     turn_id,
     turn_workflow_id,
 )
@@ -64,7 +74,9 @@ class TurnsClient:
             self._streams = None
 
     def conversation(self, conversation_id: str) -> WorkflowHandle[Any, Any]:
-        return self.client.get_workflow_handle(conversation_id)
+        """The conversation's handle; raises ``InvalidId`` for an id that breaks the id rules
+        (``durable_turns.contract.MAX_ID_BYTES``), before anything is sent."""
+        return self.client.get_workflow_handle(check_conversation_id(conversation_id))
 
     @staticmethod
     def request(
@@ -76,6 +88,8 @@ class TurnsClient:
     ) -> dict[str, Any]:
         """The JSON of a ``submitMessages``/``sendMessage`` request."""
         messages = [user_message(content)] if isinstance(content, str) else content
+        if request_id is not None and (problem := id_problem(request_id, "request id")):
+            raise InvalidId(problem)
         return {
             "messages": [m.model_dump(mode="json") for m in messages],
             "request_id": request_id or str(uuid.uuid4()),
@@ -92,19 +106,28 @@ class TurnsClient:
         body: dict[str, Any] | None = None,
         request_id: str | None = None,
     ) -> TurnResult:
-        """Submit messages and wait for the turn's result (update-with-start)."""
-        op: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
-            CONVERSATION_WORKFLOW,
-            id=conversation_id,
-            task_queue=self.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        )
-        return await self.client.execute_update_with_start_workflow(
-            UPDATE_SEND,
-            self.request(content, model=model, body=body, request_id=request_id),
-            start_workflow_operation=op,
-            result_type=TurnResult,
-        )
+        """Submit messages and wait for the turn's result (update-with-start).
+
+        When the conversation continues-as-new while the request waits (``ContinuedAsNew``),
+        the update is sent again with the same request id: the new run has it queued.
+        """
+        check_conversation_id(conversation_id)
+        request = self.request(content, model=model, body=body, request_id=request_id)
+        while True:
+            op: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
+                CONVERSATION_WORKFLOW,
+                id=conversation_id,
+                task_queue=self.task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            )
+            try:
+                return await self.client.execute_update_with_start_workflow(
+                    UPDATE_SEND, request, start_workflow_operation=op, result_type=TurnResult
+                )
+            except WorkflowUpdateFailedError as e:
+                cause = e.cause
+                if not (isinstance(cause, ApplicationError) and cause.type == HANDED_OVER):
+                    raise
 
     async def submit(
         self,
@@ -162,7 +185,8 @@ class TurnsClient:
         if state.running is None or state.running.turn_number is None:
             return []
         turn = self.client.get_workflow_handle(
-            turn_workflow_id(conversation_id, state.running.turn_number)
+            state.running.workflow_id
+            or turn_workflow_id(conversation_id, state.running.turn_number)
         )
         return list((await turn.query(QUERY_STATE))["pending_tool_calls"])
 
@@ -187,7 +211,8 @@ class TurnsClient:
                 error=record.error,
             )
         handle = self.client.get_workflow_handle(
-            turn_workflow_id(conversation_id, record.turn_number), result_type=TurnResult
+            record.workflow_id or turn_workflow_id(conversation_id, record.turn_number),
+            result_type=TurnResult,
         )
         while True:
             try:
@@ -238,7 +263,7 @@ class TurnsClient:
     async def _signal_with_start(self, conversation_id: str, signal: str, arg: Any) -> None:
         await self.client.start_workflow(
             CONVERSATION_WORKFLOW,
-            id=conversation_id,
+            id=check_conversation_id(conversation_id),
             task_queue=self.task_queue,
             start_signal=signal,
             start_signal_args=[arg],

@@ -57,6 +57,8 @@ from temporalio.converter import (
     PayloadCodec,
 )
 
+from durable_turns.contract import UNDECRYPTABLE_ENCODING
+
 try:
     from cryptography.exceptions import InvalidTag
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -239,7 +241,23 @@ class EncryptionCodec(PayloadCodec):
         return [self.encrypt(p) for p in payloads]
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
-        return [self.decrypt(p) for p in payloads]
+        return [self._decrypt_or_mark(p) for p in payloads]
+
+    def _decrypt_or_mark(self, payload: Payload) -> Payload:
+        """A payload that cannot be decrypted (tampered, truncated, not a Payload) becomes an
+        ``binary/undecryptable`` marker instead of failing the whole workflow task forever:
+        a signal or update carrying it is rejected as ``InvalidPayload``; anywhere else it
+        fails to convert, as before. A payload under a key id this process does not know
+        still raises :class:`UnknownKeyError`, so adding the key back recovers it."""
+        try:
+            return self.decrypt(payload)
+        except DecryptionError as e:
+            return Payload(
+                metadata={
+                    METADATA_ENCODING: UNDECRYPTABLE_ENCODING,
+                    "reason": str(e).encode("utf-8"),
+                }
+            )
 
 
 def _keys_spec(environ: Mapping[str, str]) -> str | None:

@@ -8,6 +8,8 @@ compatibility data: running workflows replay against them, so never rename them 
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -46,8 +48,50 @@ DEFAULT_MAX_STEPS = 10
 DEFAULT_MODEL = "demo:weather"
 """The model when none is configured anywhere: an offline scripted stand-in, not an LLM."""
 
+# --- limits (docs/limits.md) ---------------------------------------------------------------
+
 MAX_REQUEST_BYTES = 256 * 1024
-"""A client request larger than this is rejected: it would bloat history toward 2 MB."""
+"""A client request (``submitMessages``, ``sendMessage``, ``continueLastTurn``, ``cancelChat``)
+larger than this many bytes of encoded payload is rejected (``RequestTooLarge``) before it is
+parsed: it would bloat history toward Temporal's 2 MB payload limit."""
+
+MAX_TOOL_RESULT_BYTES = 256 * 1024
+"""A ``submitToolResult`` (or a turn's ``toolResult``) larger than this is rejected
+(``RequestTooLarge``): it is forwarded to the turn and becomes an activity input."""
+
+MAX_ID_BYTES = 512
+"""Conversation ids and request ids: 1 to this many UTF-8 bytes, no NUL or other control
+characters, and no ``/turn-<digit>`` (the pattern of turn ids, see :func:`turn_workflow_id`).
+Temporal's own limit on a workflow id is 1,000 bytes; a turn id adds ``/turn-<n>`` and,
+when that id is taken, a retry suffix, so the derived turn id always fits."""
+
+MAX_MESSAGE_ID_BYTES = 128
+"""A client-chosen message id: 1 to this many bytes, the id rules above and no ``/``. It is
+scoped to its request: the stored id is ``<request id>/<message id>``."""
+
+MAX_MODEL_ID_BYTES = 256
+"""A ``provider:model`` id: at most this many bytes (the ``TurnModel`` search attribute
+holds it; Temporal refuses a keyword search attribute over 2 KiB)."""
+
+MAX_QUEUED_REQUESTS = 1000
+"""Requests a conversation holds waiting for their turn; past it, ``QueueFull``."""
+
+MAX_QUEUED_BYTES = 512 * 1024
+"""Total encoded size of the queued requests; past it, ``QueueFull``. The queue is carried
+over continue-as-new, so this keeps what is carried far under the 2 MB payload limit."""
+
+MAX_CARRIED_RESULT_BYTES = 128 * 1024
+"""Recent turn results carried over continue-as-new (for retried ``sendMessage`` updates);
+older results, or results that do not fit, answer a retry with ``RequestExpired``."""
+
+UNDECRYPTABLE_ENCODING = b"binary/undecryptable"
+"""The encoding the codec gives a payload it cannot decrypt (tampered, malformed) instead of
+failing the whole workflow task; a signal or update carrying one is rejected as
+``InvalidPayload``, anything else fails to convert where it is used."""
+
+TURN_ID_PATTERN = re.compile(r"/turn-[0-9]")
+"""What no client-chosen conversation or request id may contain: every turn's workflow id
+does (``<conversation id>/turn-<n>``), so no id a client can start ever collides with one."""
 
 # Error types that cross the activity boundary (``ApplicationError.type``); the workflow's
 # retry policies name them, so they are persisted compatibility data too.
@@ -57,6 +101,23 @@ STREAM_STALLED = "StreamStalled"
 HOOK_ERROR = "HookError"
 INVALID_REQUEST = "InvalidRequest"
 INVALID_MODEL = "InvalidModel"
+INVALID_ID = "InvalidId"
+"""A conversation, request or message id breaks the id rules (:data:`MAX_ID_BYTES`)."""
+INVALID_PAYLOAD = "InvalidPayload"
+"""A signal or update payload that cannot be decoded (not JSON, bad UTF-8, too deep,
+undecryptable)."""
+REQUEST_TOO_LARGE = "RequestTooLarge"
+QUEUE_FULL = "QueueFull"
+"""The conversation's queue is at :data:`MAX_QUEUED_REQUESTS` or :data:`MAX_QUEUED_BYTES`."""
+REQUEST_EXPIRED = "RequestExpired"
+"""A retried ``sendMessage`` whose result is no longer held (older than the recent window)."""
+HANDED_OVER = "ContinuedAsNew"
+"""A ``sendMessage`` update was waiting when the conversation continued-as-new with its
+request still queued: retry the update with the same request id (``TurnsClient.send`` does)."""
+TURN_START_FAILED = "TurnStartFailed"
+"""The conversation could not start the turn's child workflow (its ids were all taken)."""
+MESSAGE_ID_CONFLICT = "MessageIdConflict"
+"""A request reuses one message id for two messages."""
 
 CONTINUE_PROMPT = (
     "Continue your previous response from exactly where it left off. Do not repeat any of it."
@@ -75,6 +136,57 @@ def validation_problems(error: ValidationError, limit: int | None = None) -> str
         f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {e['msg']}"
         for e in error.errors()[:limit]
     )
+
+
+def id_problem(
+    value: object, what: str = "conversation id", max_bytes: int = MAX_ID_BYTES
+) -> str | None:
+    """Why ``value`` is not a valid id (None when it is): the rules of :data:`MAX_ID_BYTES`."""
+    if not isinstance(value, str):
+        return f"{what} must be a string"
+    if not value:
+        return f"{what} is empty"
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return f"{what} is not valid Unicode (a lone surrogate)"
+    if size > max_bytes:
+        return f"{what} is {size} bytes; the limit is {max_bytes} bytes"
+    if not value.isprintable() and any(unicodedata.category(c) == "Cc" for c in value):
+        return f"{what} contains a NUL or another control character"
+    if TURN_ID_PATTERN.search(value):
+        return f"{what} contains '/turn-<digit>', which is reserved for turn ids"
+    return None
+
+
+def message_id_problem(value: str) -> str | None:
+    """Why a client-chosen message id is not valid (None when it is)."""
+    problem = id_problem(value, "message id", MAX_MESSAGE_ID_BYTES)
+    if problem is None and "/" in value:
+        problem = "message id contains '/', which is reserved for scoping"
+    return problem
+
+
+def model_id_problem(value: str) -> str | None:
+    """Why a model id is not acceptable (None when it is)."""
+    size = len(value.encode("utf-8", errors="replace"))
+    if size > MAX_MODEL_ID_BYTES:
+        return f"model id is {size} bytes; the limit is {MAX_MODEL_ID_BYTES} bytes"
+    if any(unicodedata.category(c) in ("Cc", "Cs") for c in value):
+        return "model id contains a control character"
+    return None
+
+
+class InvalidId(ValueError):
+    """A client-chosen id breaks the id rules; raised by clients and the CLI before sending."""
+
+
+def check_conversation_id(conversation_id: str) -> str:
+    """``conversation_id`` if valid; raises :class:`InvalidId` with the reason otherwise."""
+    problem = id_problem(conversation_id)
+    if problem:
+        raise InvalidId(problem)
+    return conversation_id
 
 
 def turn_workflow_id(conversation_id: str, turn_number: int) -> str:
@@ -108,10 +220,38 @@ class SubmitMessages(_Wire):
     @field_validator("messages")
     @classmethod
     def _not_empty(cls, messages: list[Message]) -> list[Message]:
+        seen: set[str] = set()
         for i, message in enumerate(messages):
             if not message.parts:
                 raise ValueError(f"message {i} has no content")
+            if message.id:
+                problem = message_id_problem(message.id)
+                if problem:
+                    raise ValueError(f"message {i}: {problem}")
+                if message.id in seen:
+                    raise ValueError(f"message {i}: id {message.id!r} is used twice")
+                seen.add(message.id)
         return messages
+
+    @field_validator("request_id")
+    @classmethod
+    def _request_id(cls, value: str | None) -> str | None:
+        return _valid_request_id(value)
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str | None) -> str | None:
+        problem = model_id_problem(value) if value is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+def _valid_request_id(value: str | None) -> str | None:
+    problem = id_problem(value, "request id") if value is not None else None
+    if problem:
+        raise ValueError(problem)
+    return value
 
 
 class ContinueLastTurn(_Wire):
@@ -119,6 +259,11 @@ class ContinueLastTurn(_Wire):
 
     body: dict[str, Any] | None = None
     request_id: str | None = None
+
+    @field_validator("request_id")
+    @classmethod
+    def _request_id(cls, value: str | None) -> str | None:
+        return _valid_request_id(value)
 
 
 class CancelChat(_Wire):
@@ -146,6 +291,14 @@ class ConversationSettings(_Wire):
 
     model: str | None = None
     max_steps: int | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, value: str | None) -> str | None:
+        problem = model_id_problem(value) if value is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 # --- turn I/O ------------------------------------------------------------------------------
@@ -206,6 +359,9 @@ class RequestRecord(_Wire):
     status: RequestStatus = "queued"
     turn_number: int | None = None
     error: ErrorInfo | None = None
+    workflow_id: str | None = None
+    """The turn's workflow id once it started: ``<conversation id>/turn-<n>``, or that id with
+    a ``~<suffix>`` when something else had taken it."""
 
 
 class ConversationState(_Wire):
@@ -221,6 +377,13 @@ class ConversationState(_Wire):
     """The conversation's tokens so far (this run and the runs before a continue-as-new)."""
     cost_usd: float | None = None
     """The sum of its turns' estimates (turns of unpriced models count tokens only)."""
+    queued_count: int = 0
+    """Requests waiting for their turn (``queue`` lists them)."""
+    rejected_count: int = 0
+    """Requests this conversation rejected (malformed, too large, queue full …) since it
+    started; ``recent`` shows the last few."""
+    waiting_for: str | None = None
+    """Why the conversation is waiting, when it is: ``store``, ``queue_full``."""
 
 
 # --- activity I/O --------------------------------------------------------------------------

@@ -138,21 +138,21 @@ async def test_tampering_and_relabelling_are_detected() -> None:
     tampered.CopyFrom(encoded)
     tampered.data = encoded.data[:-1] + bytes([encoded.data[-1] ^ 1])
     with pytest.raises(DecryptionError, match="failed authentication"):
-        await codec.decode([tampered])
+        codec.decrypt(tampered)
 
     relabelled = Payload()
     relabelled.CopyFrom(encoded)
     relabelled.metadata[METADATA_KEY_ID] = b"k1"  # the key id is bound as associated data
     with pytest.raises(DecryptionError):
-        await codec.decode([relabelled])
+        codec.decrypt(relabelled)
 
     no_id = Payload(metadata={"encoding": ENCODING}, data=encoded.data)
     with pytest.raises(DecryptionError, match=METADATA_KEY_ID):
-        await codec.decode([no_id])
+        codec.decrypt(no_id)
 
     truncated = Payload(metadata=dict(encoded.metadata), data=b"short")
     with pytest.raises(DecryptionError, match="truncated"):
-        await codec.decode([truncated])
+        codec.decrypt(truncated)
 
 
 async def test_unencrypted_payloads_pass_through_decode() -> None:

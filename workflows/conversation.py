@@ -17,22 +17,33 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 from temporalio import workflow
-from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.exceptions import ChildWorkflowError
+from temporalio.common import RawValue, SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import ApplicationError, ChildWorkflowError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from durable_turns.contract import (
         CHAT_RESPONSE,
         CONVERSATION_ID,
         CONVERSATION_WORKFLOW,
+        HANDED_OVER,
+        INVALID_ID,
+        INVALID_REQUEST,
+        MAX_CARRIED_RESULT_BYTES,
+        MAX_QUEUED_BYTES,
+        MAX_QUEUED_REQUESTS,
         MAX_REQUEST_BYTES,
+        MAX_TOOL_RESULT_BYTES,
+        MESSAGE_ID_CONFLICT,
         OPEN_CONVERSATION,
         QUERY_STATE,
+        QUEUE_FULL,
+        REQUEST_EXPIRED,
         SIGNAL_CANCEL,
         SIGNAL_CONTINUE,
         SIGNAL_SUBMIT,
         SIGNAL_TOOL_RESULT,
         TURN_SIGNAL_TOOL_RESULT,
+        TURN_START_FAILED,
         TURN_STATUS,
         TURN_WORKFLOW,
         UPDATE_SEND,
@@ -46,14 +57,29 @@ with workflow.unsafe.imports_passed_through():
         SubmitMessages,
         TurnInput,
         TurnResult,
+        id_problem,
         turn_workflow_id,
         validation_problems,
     )
     from durable_turns.messages import Message, Usage
     from durable_turns.workflows import options
+    from durable_turns.workflows.intake import ABSENT, Rejected, decode, payload_size
 
 RECENT = 50
 """How many finished requests ``state`` remembers (and carries over continue-as-new)."""
+
+RECENT_REJECTED = 20
+"""How many rejected requests ``state`` shows (``rejected_count`` counts them all)."""
+
+LOGGED_REJECTIONS = 3
+"""Rejections logged one by one per run; after that, one line per thousand (a burst of
+malformed signals must stay cheap: they are all handled in one workflow activation)."""
+
+TURN_START_ATTEMPTS = 3
+"""Workflow ids tried for a turn's child (the derived id, then random suffixes)."""
+
+PATCH_HANDOVER_WITH_QUEUE = "conversation-continue-as-new-with-queue"
+"""Continue-as-new between turns even with requests still queued."""
 
 
 class PendingRequest(BaseModel):
@@ -62,6 +88,8 @@ class PendingRequest(BaseModel):
     messages: list[Message] = Field(default_factory=list)
     body: dict[str, Any] = Field(default_factory=dict)
     model: str | None = None
+    size: int = 0
+    """Encoded bytes of the request (counts against ``MAX_QUEUED_BYTES``)."""
 
 
 class ConversationInput(ConversationSettings):
@@ -75,10 +103,14 @@ class ConversationInput(ConversationSettings):
     last_model: str | None = None
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float | None = None
+    results: list[TurnResult] = Field(default_factory=list)
+    """Recent results, so a retried ``sendMessage`` gets its answer after the hand-over."""
+    rejected: list[RequestRecord] = Field(default_factory=list)
+    rejected_count: int = 0
 
 
-class InvalidRequest(ValueError):
-    """A client request that cannot be run (malformed, oversized, duplicate)."""
+def _failure(rejected: Rejected) -> ApplicationError:
+    return ApplicationError(rejected.message, type=rejected.type, non_retryable=True)
 
 
 @workflow.defn(name=CONVERSATION_WORKFLOW)
@@ -89,10 +121,19 @@ class ConversationWorkflow:
         self._settings = ConversationSettings(model=inp.model, max_steps=inp.max_steps)
         self._turn_count = inp.turn_count
         self._queue: deque[PendingRequest] = deque(inp.queue)
+        self._queued_bytes = sum(p.size for p in inp.queue)
         self._records: dict[str, RequestRecord] = {r.request_id: r for r in inp.recent}
+        self._done: deque[str] = deque(r.request_id for r in inp.recent)
+        """Finished request ids, oldest first: trimming is O(1) per request."""
         for p in inp.queue:
             self._records[p.request_id] = RequestRecord(request_id=p.request_id, kind=p.kind)  # type: ignore[arg-type]
-        self._results: dict[str, TurnResult] = {}
+        self._results: dict[str, TurnResult] = {r.request_id: r for r in inp.results}
+        self._rejected: deque[RequestRecord] = deque(inp.rejected, maxlen=RECENT_REJECTED)
+        self._rejected_count = inp.rejected_count
+        self._logged_rejections = 0
+        self._waiting_for: str | None = None
+        self._handing_over = False
+        self._id_problem = id_problem(workflow.info().workflow_id)
         self._last_result = inp.last_result
         self._last_body = inp.last_body
         self._last_model = inp.last_model
@@ -107,7 +148,19 @@ class ConversationWorkflow:
     @workflow.run
     async def run(self, input: ConversationInput | None = None) -> None:
         conversation_id = workflow.info().workflow_id
+        if self._id_problem:
+            # Not a conversation id (too long, control characters, or a turn's id pattern):
+            # nothing was queued (every request was rejected), and the starter learns why.
+            workflow.set_current_details(f"**invalid conversation id**: {self._id_problem}")
+            raise ApplicationError(
+                f"invalid conversation id: {self._id_problem}", type=INVALID_ID, non_retryable=True
+            )
         if self._turn_count is None:
+            # The store may be down: the activity retries until it answers (no attempt limit).
+            self._waiting_for = "store"
+            workflow.set_current_details(
+                "opening the conversation: **waiting for the store** (retrying until it answers)"
+            )
             self._turn_count = await workflow.execute_activity(
                 OPEN_CONVERSATION,
                 conversation_id,
@@ -117,10 +170,25 @@ class ConversationWorkflow:
                 retry_policy=options.BOOKKEEPING_RETRY,
                 summary="open conversation",
             )
+            self._waiting_for = None
+            workflow.set_current_details(f"open · {self._turn_count} turn(s) so far")
         while True:
             await workflow.wait_condition(
                 lambda: bool(self._queue) or workflow.info().is_continue_as_new_suggested()
             )
+            if (
+                self._queue
+                and workflow.info().is_continue_as_new_suggested()
+                and workflow.patched(PATCH_HANDOVER_WITH_QUEUE)
+            ):
+                # History is long and requests are waiting: hand them over to a new run
+                # (what is carried is bounded by MAX_QUEUED_BYTES, whatever is queued).
+                # Updates still waiting are told to retry there (HANDED_OVER).
+                self._handing_over = True
+                await workflow.wait_condition(
+                    lambda: workflow.all_handlers_finished() and not self._responses
+                )
+                break
             if self._queue:
                 await self._next_turn(conversation_id)
                 continue
@@ -138,6 +206,7 @@ class ConversationWorkflow:
 
     async def _next_turn(self, conversation_id: str) -> None:
         request = self._queue.popleft()
+        self._queued_bytes -= request.size
         result = await self._run_turn(conversation_id, request)
         self._complete(request, result)
         if result.auto_continue:  # client tool results arrived: continue before anything else
@@ -165,32 +234,39 @@ class ConversationWorkflow:
         continuation = request.kind == "continue"
         model = request.model or self._settings.model
         workflow.set_current_details(f"running turn {number} (request `{request.request_id}`)")
+        workflow_id = turn_workflow_id(conversation_id, number)
         try:
-            self._running_turn = await workflow.start_child_workflow(
-                TURN_WORKFLOW,
-                TurnInput(
-                    conversation_id=conversation_id,
-                    turn_number=number,
-                    request_id=request.request_id,
-                    new_messages=request.messages,
-                    continuation=continuation,
-                    body=request.body,
-                    model=model,
-                    max_steps=self._settings.max_steps,
-                ),
-                id=turn_workflow_id(conversation_id, number),
-                result_type=TurnResult,
-                static_summary=_summary(number, conversation_id, model, continuation),
-                static_details=_details(request),
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(CONVERSATION_ID, conversation_id),
-                        SearchAttributePair(TURN_STATUS, "running"),
-                    ]
-                ),
-            )
+            for attempt in range(TURN_START_ATTEMPTS):
+                try:
+                    self._running_turn = await self._start_turn(
+                        conversation_id, request, number, model, continuation, workflow_id
+                    )
+                    break
+                except FailureError as err:
+                    # The id is taken (something a client started under a turn's id) or the
+                    # start failed otherwise: never fail the conversation over it. Retry
+                    # under a random, still readable suffix, then record a typed error.
+                    workflow.logger.warning("turn %s could not start: %s", workflow_id, err)
+                    if attempt == TURN_START_ATTEMPTS - 1:
+                        return TurnResult(
+                            request_id=request.request_id,
+                            conversation_id=conversation_id,
+                            turn_number=number,
+                            workflow_id="",
+                            status="error",
+                            continuation=continuation,
+                            error=ErrorInfo(
+                                type=TURN_START_FAILED,
+                                message=f"could not start turn {number}: {err}",
+                                stage="turn",
+                            ),
+                        )
+                    suffix = str(workflow.uuid4()).replace("-", "")[:8]
+                    workflow_id = f"{turn_workflow_id(conversation_id, number)}~{suffix}"
             # only now does the turn exist for clients that look it up by number
             record.status, record.turn_number = "running", number
+            record.workflow_id = workflow_id
+            assert self._running_turn is not None
             return await self._running_turn
         except ChildWorkflowError as err:
             cause = err.cause or err
@@ -198,7 +274,7 @@ class ConversationWorkflow:
                 request_id=request.request_id,
                 conversation_id=conversation_id,
                 turn_number=number,
-                workflow_id=turn_workflow_id(conversation_id, number),
+                workflow_id=workflow_id,
                 status="error",
                 continuation=continuation,
                 error=ErrorInfo(type=type(cause).__name__, message=str(cause), stage="turn"),
@@ -207,22 +283,64 @@ class ConversationWorkflow:
             self._running = None
             self._running_turn = None
 
+    async def _start_turn(
+        self,
+        conversation_id: str,
+        request: PendingRequest,
+        number: int,
+        model: str | None,
+        continuation: bool,
+        workflow_id: str,
+    ) -> workflow.ChildWorkflowHandle[Any, TurnResult]:
+        return await workflow.start_child_workflow(
+            TURN_WORKFLOW,
+            TurnInput(
+                conversation_id=conversation_id,
+                turn_number=number,
+                request_id=request.request_id,
+                new_messages=request.messages,
+                continuation=continuation,
+                body=request.body,
+                model=model,
+                max_steps=self._settings.max_steps,
+            ),
+            id=workflow_id,
+            result_type=TurnResult,
+            static_summary=_summary(number, conversation_id, model, continuation),
+            static_details=_details(request),
+            search_attributes=TypedSearchAttributes(
+                [
+                    SearchAttributePair(CONVERSATION_ID, conversation_id),
+                    SearchAttributePair(TURN_STATUS, "running"),
+                ]
+            ),
+        )
+
     def _complete(self, request: PendingRequest, result: TurnResult) -> None:
         record = self._records[request.request_id]
         record.status = result.status
         record.error = result.error
-        self._results[request.request_id] = result
+        self._finish(request.request_id, result)
         self._last_result = result
         self._usage = self._usage + result.usage
         if result.cost_usd is not None:
             self._cost = (self._cost or 0.0) + result.cost_usd
-        while len(self._results) > RECENT:
-            self._results.pop(next(iter(self._results)))
-        self._trim()
         workflow.set_current_details(
             f"turn {result.turn_number}: **{result.status}**"
             + (f" — {result.error.message}" if result.error else "")
+            + self._notes()
         )
+
+    def _finish(self, request_id: str, result: TurnResult) -> None:
+        self._results[request_id] = result
+        while len(self._results) > RECENT:
+            self._results.pop(next(iter(self._results)))
+        self._done.append(request_id)
+        while len(self._done) > RECENT:
+            old = self._done.popleft()
+            known = self._records.get(old)
+            if known is not None and known.status not in ("queued", "running"):
+                del self._records[old]
 
     async def _respond(self, result: TurnResult) -> None:
         """on_chat_response runs after the turn lock is released: it may submit a follow-up."""
@@ -236,62 +354,112 @@ class ConversationWorkflow:
         )
 
     # --- requests ---------------------------------------------------------------------------
+    # Handlers take the raw payload (workflows.intake): the SDK would otherwise drop what it
+    # cannot decode, silently. Every rejection is cheap and typed; nothing raises here except
+    # an ApplicationError that fails one update, never the workflow task.
 
     @workflow.signal(name=SIGNAL_SUBMIT)
-    def submit_messages(self, raw: Any = None) -> None:
+    def submit_messages(self, raw: RawValue = ABSENT) -> None:
         """New messages; a malformed request is recorded as rejected, never dropped silently."""
+        value: Any = None
         try:
-            self._enqueue(self._parse_submit(raw))
-        except InvalidRequest as e:
-            self._reject(raw, "InvalidRequest", str(e))
+            value = decode(raw, MAX_REQUEST_BYTES)
+            request = self._parse_submit(value)
+            if request.request_id is None or request.request_id not in self._records:
+                self._check_room(payload_size(raw))
+            self._enqueue(request, payload_size(raw))
+        except Rejected as e:
+            self._reject(value, e.type, e.message)
 
     @workflow.update(name=UPDATE_SEND)
-    async def send_message(self, raw: Any = None) -> TurnResult:
-        """Submit messages and wait for the turn's result."""
-        request = self._parse_submit(raw)
-        request_id = request.request_id or ""
-        if request_id not in self._records:
-            request_id = self._enqueue(request)
-        await workflow.wait_condition(lambda: request_id in self._results)
-        return self._results[request_id]
+    async def send_message(self, raw: RawValue = ABSENT) -> TurnResult:
+        """Submit messages and wait for the turn's result.
+
+        Retried with a request id it knows, it waits for (or returns) that request's result;
+        a result no longer held is a ``RequestExpired`` error, never a wait without end.
+        """
+        try:
+            request = self._parse_submit(decode(raw, MAX_REQUEST_BYTES))
+            request_id = request.request_id or ""
+            if request_id not in self._records:
+                self._check_room(payload_size(raw))
+                request_id = self._enqueue(request, payload_size(raw))
+        except Rejected as e:
+            raise _failure(e) from None
+        known = self._records[request_id]
+        if request_id not in self._results and known.status not in ("queued", "running"):
+            raise ApplicationError(
+                f"request {request_id!r} finished ({known.status}) in an earlier run of the"
+                " conversation and its result is no longer held; read it from the turn"
+                f" workflow {known.workflow_id or '(none)'} or the transcript",
+                type=REQUEST_EXPIRED,
+                non_retryable=True,
+            )
+        await workflow.wait_condition(lambda: request_id in self._results or self._handing_over)
+        if request_id in self._results:
+            return self._results[request_id]
+        raise ApplicationError(
+            f"the conversation continued as new with request {request_id!r} still queued:"
+            " send the same request again (same request id) to wait for its result",
+            type=HANDED_OVER,
+        )
 
     @send_message.validator
-    def _validate_send(self, raw: Any = None) -> None:
-        request = self._parse_submit(raw)
-        if request.request_id in self._records and request.request_id not in self._results:
-            known = self._records[request.request_id]
-            if known.status in ("rejected", "aborted"):
-                raise InvalidRequest(f"request {request.request_id!r} was {known.status}")
+    def _validate_send(self, raw: RawValue = ABSENT) -> None:
+        try:
+            if self._id_problem:
+                raise Rejected(INVALID_ID, f"invalid conversation id: {self._id_problem}")
+            request = self._parse_submit(decode(raw, MAX_REQUEST_BYTES))
+            if request.request_id is None or request.request_id not in self._records:
+                self._check_room(payload_size(raw))
+        except Rejected as e:
+            raise _failure(e) from None
 
     @workflow.signal(name=SIGNAL_CONTINUE)
-    def continue_last_turn(self, raw: Any = None) -> None:
+    def continue_last_turn(self, raw: RawValue = ABSENT) -> None:
         """Continue the last assistant message (skipped when there is none).
 
         The continuation runs with the last request's model, and its body unless one is given.
         """
+        value: Any = None
         try:
-            req = ContinueLastTurn.model_validate(raw or {})
-        except ValidationError as e:
-            self._reject(raw, "InvalidRequest", _explain(e))
-            return
-        request_id = req.request_id or str(workflow.uuid4())
-        if request_id in self._records:
+            value = decode(raw, MAX_REQUEST_BYTES)
+            try:
+                req = ContinueLastTurn.model_validate(value or {})
+            except ValidationError as e:
+                raise Rejected(INVALID_REQUEST, _explain(e)) from None
+            request_id = req.request_id or str(workflow.uuid4())
+            if request_id in self._records:
+                return
+            self._check_room(payload_size(raw))
+        except Rejected as e:
+            self._reject(value, e.type, e.message)
             return
         body = req.body if req.body is not None else self._last_body
         self._queue.append(
             PendingRequest(
-                request_id=request_id, kind="continue", body=body, model=self._last_model
+                request_id=request_id,
+                kind="continue",
+                body=body,
+                model=self._last_model,
+                size=payload_size(raw),
             )
         )
+        self._queued_bytes += payload_size(raw)
         self._records[request_id] = RequestRecord(request_id=request_id, kind="continue")
 
     @workflow.signal(name=SIGNAL_CANCEL)
-    def cancel_chat(self, raw: Any = None) -> None:
+    def cancel_chat(self, raw: RawValue = ABSENT) -> None:
         """Cancel a queued request (it never runs) or the running turn (it ends "aborted")."""
+        value: Any = None
         try:
-            req = CancelChat.model_validate(raw or {})
+            value = decode(raw, MAX_REQUEST_BYTES)
+            req = CancelChat.model_validate(value or {})
+        except Rejected as e:
+            self._reject(value, e.type, e.message)
+            return
         except ValidationError as e:
-            self._reject(raw, "InvalidRequest", _explain(e))
+            self._reject(value, INVALID_REQUEST, _explain(e))
             return
         target = req.request_id
         for pending in list(self._queue):
@@ -299,15 +467,19 @@ class ConversationWorkflow:
                 if target is None:
                     break  # no id: cancel the running turn only
                 self._queue.remove(pending)
+                self._queued_bytes -= pending.size
                 record = self._records[pending.request_id]
                 record.status = "aborted"
-                self._results[pending.request_id] = TurnResult(
-                    request_id=pending.request_id,
-                    conversation_id=workflow.info().workflow_id,
-                    turn_number=0,
-                    workflow_id="",
-                    status="aborted",
-                    continuation=pending.kind == "continue",
+                self._finish(
+                    pending.request_id,
+                    TurnResult(
+                        request_id=pending.request_id,
+                        conversation_id=workflow.info().workflow_id,
+                        turn_number=0,
+                        workflow_id="",
+                        status="aborted",
+                        continuation=pending.kind == "continue",
+                    ),
                 )
                 return
         running = self._running
@@ -315,12 +487,17 @@ class ConversationWorkflow:
             self._running_turn.cancel()
 
     @workflow.signal(name=SIGNAL_TOOL_RESULT)
-    async def submit_tool_result(self, raw: Any = None) -> None:
+    async def submit_tool_result(self, raw: RawValue = ABSENT) -> None:
         """A client tool's result or an approval, for the turn that waits on it."""
-        if self._running_turn is None:
-            self._reject(raw, "InvalidRequest", "no turn is running, so no tool call is waiting")
+        try:
+            value = decode(raw, MAX_TOOL_RESULT_BYTES, "tool result")
+        except Rejected as e:
+            self._reject(None, e.type, e.message)
             return
-        await self._running_turn.signal(TURN_SIGNAL_TOOL_RESULT, raw)
+        if self._running_turn is None:
+            self._reject(value, INVALID_REQUEST, "no turn is running, so no tool call is waiting")
+            return
+        await self._running_turn.signal(TURN_SIGNAL_TOOL_RESULT, value)
 
     @workflow.query(name=QUERY_STATE)
     def state(self) -> ConversationState:
@@ -330,71 +507,131 @@ class ConversationWorkflow:
             turn_count=self._turn_count or 0,
             running=running,
             queue=[self._records[p.request_id] for p in self._queue],
-            recent=[r for r in self._records.values() if r.status not in ("queued", "running")],
+            recent=[*self._finished(), *self._rejected],
             last_result=self._last_result,
             usage=self._usage,
             cost_usd=self._cost,
+            queued_count=len(self._queue),
+            rejected_count=self._rejected_count,
+            waiting_for=self._waiting_for or ("queue_full" if self._full() else None),
         )
 
     # --- helpers ----------------------------------------------------------------------------
 
-    def _parse_submit(self, raw: Any) -> SubmitMessages:
-        size = len(json.dumps(raw, default=str))
-        if size > MAX_REQUEST_BYTES:
-            raise InvalidRequest(
-                f"request is {size} bytes; the limit is {MAX_REQUEST_BYTES} bytes."
-                " Send large content by reference (a URL or a file id)."
-            )
+    def _parse_submit(self, value: Any) -> SubmitMessages:
+        if self._id_problem:
+            raise Rejected(INVALID_ID, f"invalid conversation id: {self._id_problem}")
         try:
-            return SubmitMessages.model_validate(raw)
+            return SubmitMessages.model_validate(value)
         except ValidationError as e:
-            raise InvalidRequest(_explain(e)) from None
+            raise Rejected(INVALID_REQUEST, _explain(e)) from None
 
-    def _enqueue(self, req: SubmitMessages) -> str:
+    def _full(self, size: int = 0) -> bool:
+        return (
+            len(self._queue) >= MAX_QUEUED_REQUESTS or self._queued_bytes + size > MAX_QUEUED_BYTES
+        )
+
+    def _check_room(self, size: int) -> None:
+        """Admission control: past the bound, a typed ``QueueFull``, never silent loss."""
+        if self._full(size):
+            raise Rejected(
+                QUEUE_FULL,
+                f"the conversation's queue is full ({len(self._queue)} requests,"
+                f" {self._queued_bytes} bytes; limits {MAX_QUEUED_REQUESTS} requests,"
+                f" {MAX_QUEUED_BYTES} bytes): retry once it drains",
+            )
+
+    def _enqueue(self, req: SubmitMessages, size: int = 0) -> str:
         request_id = req.request_id or str(workflow.uuid4())
         if request_id in self._records:
             return request_id  # idempotent: the same request id is accepted once
+        # Message ids are scoped to their request: a client-chosen id can neither collide
+        # with another request's messages nor with the engine's own (turn-derived) ids.
         messages = [
-            m if m.id else m.model_copy(update={"id": f"{request_id}/{i}"})
+            m.model_copy(update={"id": f"{request_id}/{m.id or i}"})
             for i, m in enumerate(req.messages)
         ]
+        if len({m.id for m in messages}) != len(messages):
+            raise Rejected(
+                MESSAGE_ID_CONFLICT, "two messages of the request would have the same id"
+            )
         self._queue.append(
-            PendingRequest(request_id=request_id, messages=messages, body=req.body, model=req.model)
+            PendingRequest(
+                request_id=request_id,
+                messages=messages,
+                body=req.body,
+                model=req.model,
+                size=size,
+            )
         )
+        self._queued_bytes += size
         self._records[request_id] = RequestRecord(request_id=request_id)
         self._last_body = req.body
         self._last_model = req.model
         return request_id
 
-    def _reject(self, raw: Any, error_type: str, message: str) -> None:
-        given = raw.get("request_id") if isinstance(raw, dict) else None
-        request_id = given if isinstance(given, str) and given not in self._records else None
-        request_id = request_id or f"rejected-{workflow.uuid4()}"
-        error = ErrorInfo(type=error_type, message=message, stage="parse")
-        self._records[request_id] = RequestRecord(
-            request_id=request_id, status="rejected", error=error
+    def _reject(self, value: Any, error_type: str, message: str) -> None:
+        """Record a rejection: O(1), bounded memory, aggregated logging (bursts stay cheap)."""
+        self._rejected_count += 1
+        given = value.get("request_id") if isinstance(value, dict) else None
+        request_id = (
+            given
+            if isinstance(given, str) and given not in self._records and id_problem(given) is None
+            else f"rejected-{self._rejected_count}"
         )
-        self._trim()
-        workflow.logger.warning("rejected request %s: %s", request_id, message)
-        workflow.set_current_details(f"**rejected request** `{request_id}`: {message}")
+        error = ErrorInfo(type=error_type, message=message, stage="parse")
+        self._rejected.append(RequestRecord(request_id=request_id, status="rejected", error=error))
+        if self._logged_rejections < LOGGED_REJECTIONS:
+            self._logged_rejections += 1
+            workflow.logger.warning("rejected request %s: %s", request_id, message)
+        elif self._rejected_count % 1000 == 0:
+            workflow.logger.warning("%d requests rejected so far", self._rejected_count)
+        workflow.set_current_details(
+            f"**rejected request** `{request_id}` ({error_type}): {message}" + self._notes()
+        )
 
-    def _trim(self) -> None:
-        done = [k for k, r in self._records.items() if r.status not in ("queued", "running")]
-        for key in done[: max(len(done) - RECENT, 0)]:
-            del self._records[key]
+    def _notes(self) -> str:
+        notes = []
+        if self._rejected_count:
+            notes.append(f"{self._rejected_count} request(s) rejected so far")
+        if self._full():
+            notes.append(
+                f"**queue full** ({len(self._queue)} requests, {self._queued_bytes} bytes):"
+                " new requests are rejected with QueueFull until it drains"
+            )
+        return "".join(f"\n\n{n}" for n in notes)
+
+    def _finished(self) -> list[RequestRecord]:
+        return [r for k in self._done if (r := self._records.get(k)) is not None]
 
     def _carry(self) -> ConversationInput:
+        # Bounded whatever was queued or answered: the queue by MAX_QUEUED_BYTES, results by
+        # MAX_CARRIED_RESULT_BYTES (newest first), records by RECENT.
+        results: list[TurnResult] = []
+        budget = MAX_CARRIED_RESULT_BYTES
+        for result in reversed(list(self._results.values())):
+            size = len(result.model_dump_json())
+            if size > budget:
+                continue  # too large to carry: a retry gets RequestExpired
+            budget -= size
+            results.append(result)
+        last = self._last_result
+        if last is not None and len(last.text) > 4096:
+            last = last.model_copy(update={"text": last.text[:4096] + "…"})
         return ConversationInput(
             model=self._settings.model,
             max_steps=self._settings.max_steps,
             turn_count=self._turn_count,
             queue=list(self._queue),
-            recent=[r for r in self._records.values() if r.status not in ("queued", "running")],
-            last_result=self._last_result,
+            recent=self._finished(),
+            last_result=last,
             last_body=self._last_body,
             last_model=self._last_model,
             usage=self._usage,
             cost_usd=self._cost,
+            results=results[::-1],
+            rejected=list(self._rejected),
+            rejected_count=self._rejected_count,
         )
 
 

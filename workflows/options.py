@@ -29,9 +29,12 @@ BOOKKEEPING_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=500),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=10),
-    maximum_attempts=10,
+    maximum_attempts=0,
     non_retryable_error_types=HOOK_ERRORS,
 )
+"""Store bookkeeping (open, begin, finish, fail, respond) retries until the store is back:
+no attempt limit, so a conversation never fails, nor loses a request, to a brief outage.
+Hook errors and invalid input are not retried."""
 
 
 def model_retry(plan: TurnPlan) -> RetryPolicy:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Any
 
 from pydantic import ValidationError
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
@@ -24,6 +24,9 @@ with workflow.unsafe.imports_passed_through():
         COMPACT,
         FAIL_TURN,
         FINISH_TURN,
+        INVALID_ID,
+        MAX_MODEL_ID_BYTES,
+        MAX_TOOL_RESULT_BYTES,
         MODEL_STEP,
         QUERY_STATE,
         TOOL_CALL,
@@ -49,9 +52,11 @@ with workflow.unsafe.imports_passed_through():
         TurnRef,
         TurnResult,
         TurnStatus,
+        id_problem,
     )
     from durable_turns.messages import Usage
     from durable_turns.workflows import options
+    from durable_turns.workflows.intake import ABSENT, Rejected, decode
 
 
 @workflow.defn(name=TURN_WORKFLOW)
@@ -84,9 +89,14 @@ class TurnWorkflow:
         }
 
     @workflow.signal(name=TURN_SIGNAL_TOOL_RESULT)
-    def tool_result(self, raw: Any = None) -> None:
+    def tool_result(self, raw: RawValue = ABSENT) -> None:
         """A client tool's result or an approval (one object or a list); bad input is noted."""
-        for item in raw if isinstance(raw, list) else [raw]:
+        try:
+            value = decode(raw, MAX_TOOL_RESULT_BYTES, "tool result")
+        except Rejected as e:
+            self._rejected.append(f"{e.type}: {e.message}")
+            return
+        for item in value if isinstance(value, list) else [value]:
             try:
                 resolution = ToolResolution.model_validate(item)
             except ValidationError as e:
@@ -96,6 +106,20 @@ class TurnWorkflow:
 
     @workflow.run
     async def run(self, inp: TurnInput) -> TurnResult:
+        problem = id_problem(inp.conversation_id)
+        if problem and workflow.info().parent is None:
+            # Started directly with an id no conversation may have: touch nothing.
+            self._status = "error"
+            error = ErrorInfo(type=INVALID_ID, message=f"invalid conversation id: {problem}")
+            workflow.set_current_details(f"**error** ({INVALID_ID}): {error.message}")
+            return TurnResult(
+                request_id=inp.request_id,
+                conversation_id=inp.conversation_id,
+                turn_number=inp.turn_number,
+                workflow_id=workflow.info().workflow_id,
+                status="error",
+                error=error,
+            )
         ref = TurnRef(
             conversation_id=inp.conversation_id,
             turn_number=inp.turn_number,
@@ -178,7 +202,11 @@ class TurnWorkflow:
         )
         if not plan.skip:
             self._model = plan.model
-            workflow.upsert_search_attributes([TURN_MODEL.value_set(plan.model)])
+            # a keyword search attribute over 2 KiB would get the turn terminated
+            model_attr = plan.model.encode("utf-8", errors="replace")[:MAX_MODEL_ID_BYTES]
+            workflow.upsert_search_attributes(
+                [TURN_MODEL.value_set(model_attr.decode("utf-8", errors="ignore"))]
+            )
         return plan
 
     async def _steps(self, ref: TurnRef, plan: TurnPlan) -> tuple[int, str | None]:
