@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 from typing import Any
 
+from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.service import RPCError, RPCStatusCode
+
 from durable_turns.client import TurnsClient
-from durable_turns.config import Settings
+from durable_turns.config import Settings, mask_url
 from durable_turns.contract import TurnResult
 from durable_turns.devserver import EmbeddedServer, port_open
 
@@ -33,35 +39,111 @@ def _print_result(result: TurnResult) -> None:
     print(line, file=sys.stderr if result.status != "completed" else sys.stdout)
 
 
+def fail(message: str) -> int:
+    """One line on stderr, no traceback: what went wrong and what to do."""
+    print(f"turns: {message}", file=sys.stderr, flush=True)
+    return 1
+
+
 async def _client(settings: Settings) -> TurnsClient:
     if settings.embedded and not port_open("127.0.0.1", settings.embedded_port):
         sys.exit(
-            f"no Temporal server at {settings.address}: start a worker first (`turns worker`),"
-            " or set TEMPORAL_ADDRESS"
+            f"turns: no Temporal server at {settings.address}: start a worker first"
+            " (`turns worker`), or set TEMPORAL_ADDRESS"
         )
-    return await TurnsClient.connect(settings)
+    try:
+        return await TurnsClient.connect(settings)
+    except RuntimeError as e:  # the SDK's connection error
+        sys.exit(f"turns: cannot connect to the Temporal server at {settings.address}: {e}")
+
+
+async def workers(client: TurnsClient) -> list[str]:
+    """The identities of the workers polling the client's task queue (recently).
+
+    A worker's identity says where it keeps its data (``runtime.worker_identity``).
+    """
+    response = await client.client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.client.namespace,
+            task_queue=TaskQueue(name=client.task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+    )
+    return sorted({p.identity for p in response.pollers})
+
+
+def _worker_field(identity: str, name: str) -> str | None:
+    for word in identity.split():
+        if word.startswith(f"{name}="):
+            return word.partition("=")[2]
+    return None
+
+
+def _where_workers_keep(identities: list[str], name: str) -> str:
+    found = sorted({w for i in identities if (w := _worker_field(i, name))})
+    return ", ".join(found) if found else "(unknown: the workers did not say)"
 
 
 async def chat(args: argparse.Namespace, settings: Settings) -> int:
-    """Submit the message, print the reply live from the chunk stream, then its status."""
-    client = await _client(settings)
+    """Submit the message, print the reply live from the chunk stream, then its status.
+
+    Never waits on the stream alone: the turn's result decides when the command ends, and a
+    turn that finished with no live chunks where this client looks is reported, with the
+    place the workers keep their stream, and its reply printed from the result.
+    """
     body = json.loads(args.body) if args.body else None
-    request_id = await client.submit(args.conversation, args.message, model=args.model, body=body)
-    number = await client.turn_number(args.conversation, request_id)
-    if number and client.stream_url not in ("none", "off"):
-        await _print_live(client, args.conversation, number)
-    result = await client.wait(args.conversation, request_id)
-    if not number or client.stream_url in ("none", "off"):
+    client = await _client(settings)
+    try:
+        polling = await workers(client)
+        if not polling:
+            return fail(
+                f"no worker polls task queue {client.task_queue!r} on {settings.address}:"
+                " start one with `turns worker` (or check TURNS_TASK_QUEUE)"
+            )
+        request_id = await client.submit(
+            args.conversation, args.message, model=args.model, body=body
+        )
+        number = await client.turn_number(args.conversation, request_id)
+        live: asyncio.Task[None] | None = None
+        seen = [0]  # events the live printer has shown
+        if number and client.stream_url not in ("none", "off"):
+            live = asyncio.create_task(_print_live(client, args.conversation, number, seen))
+        result = await client.wait(args.conversation, request_id)
+        await _finish_live(live)
+        streamed = seen[0] > 0
+        if streamed:
+            _print_result(result.model_copy(update={"text": ""}))
+            return 0 if result.status == "completed" else 1
         _print_result(result)
-    else:
-        _print_result(result.model_copy(update={"text": ""}))
-    await client.aclose()
-    return 0 if result.status == "completed" else 1
+        if live is None:
+            return 0 if result.status == "completed" else 1
+        return fail(
+            f"turn {number} finished, but its live chunk stream was not found at"
+            f" {mask_url(client.stream_url)} (the reply above is from the turn's result);"
+            f" the workers of task queue {client.task_queue!r} keep theirs at"
+            f" {_where_workers_keep(polling, 'chunks')}: set TURNS_DATA_DIR or"
+            " TURNS_CHUNK_STREAM_URL to match"
+        )
+    finally:
+        await client.aclose()
 
 
-async def _print_live(client: Any, conversation: str, number: int) -> None:
+async def _finish_live(live: asyncio.Task[None] | None, grace_s: float = 2.0) -> None:
+    """Once the turn has finished: give the live printer a moment to reach ``turn-finish``,
+    then stop it. An unreadable stream counts as none found (the result is printed)."""
+    if live is None:
+        return
+    done, _ = await asyncio.wait({live}, timeout=grace_s)
+    if not done:
+        live.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await live
+
+
+async def _print_live(client: Any, conversation: str, number: int, seen: list[int]) -> None:
     out = sys.stdout
     async for event in client.chunks(conversation, number):
+        seen[0] += 1
         if event.type == "chunk" and event.data.get("type") == "text-delta":
             out.write(event.data["text"])
             out.flush()
@@ -94,8 +176,30 @@ async def cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def state(args: argparse.Namespace, settings: Settings) -> int:
+    """The conversation's state as JSON (stdout), then where its workers keep their data
+    (stderr, so the JSON stays pipeable)."""
     client = await _client(settings)
-    print((await client.state(args.conversation)).model_dump_json(indent=2))
+    try:
+        current = await client.state(args.conversation)
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return fail(f"no conversation {args.conversation!r} on {settings.address}")
+        return fail(f"cannot query conversation {args.conversation!r}: {e.message}")
+    print(current.model_dump_json(indent=2))
+    polling = await workers(client)
+    if not polling:
+        print(f"# no worker polls task queue {client.task_queue!r} right now", file=sys.stderr)
+    for identity in polling:
+        name, _, rest = identity.partition(" ")
+        where = " · ".join(
+            f"{label} {_worker_field(identity, key) or '?'}"
+            for key, label in (("store", "transcripts"), ("chunks", "chunk stream"))
+        )
+        print(
+            f"# worker {name} on task queue {client.task_queue!r}: "
+            + (where if rest else "(where it keeps its data: not reported)"),
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -103,7 +207,14 @@ async def transcript(args: argparse.Namespace, settings: Settings) -> int:
     from durable_turns.store import open_store
 
     async with open_store(settings.resolved_store_url) as store:
-        for message in await store.messages(args.conversation):
+        messages = await store.messages(args.conversation)
+        if not messages:
+            where = await _workers_store(settings)
+            return fail(
+                f"no messages of conversation {args.conversation!r} in"
+                f" {mask_url(settings.resolved_store_url)}{where}"
+            )
+        for message in messages:
             if args.json:
                 print(message.model_dump_json())
                 continue
@@ -111,6 +222,23 @@ async def transcript(args: argparse.Namespace, settings: Settings) -> int:
             for part in message.parts:
                 print(_describe(part.model_dump()))
     return 0
+
+
+async def _workers_store(settings: Settings) -> str:
+    """``; the workers … keep theirs at …`` when a server and workers answer, else ``""``."""
+    if settings.embedded and not port_open("127.0.0.1", settings.embedded_port):
+        return ""
+    try:
+        client = await asyncio.wait_for(TurnsClient.connect(settings), 5)
+        polling = await asyncio.wait_for(workers(client), 5)
+    except Exception:
+        return ""
+    if not polling:
+        return ""
+    return (
+        f"; the workers of task queue {settings.task_queue!r} keep theirs at"
+        f" {_where_workers_keep(polling, 'store')} (set TURNS_DATA_DIR or TURNS_STORE_URL)"
+    )
 
 
 def _describe(part: dict[str, Any]) -> str:

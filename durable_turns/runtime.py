@@ -14,7 +14,9 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import os
 import signal
+import socket
 import sys
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -28,7 +30,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from durable_turns.activities import ActivityDeps, all_activities
 from durable_turns.activities.lifecycle import call_hook
 from durable_turns.codec import data_converter_from_env
-from durable_turns.config import Settings
+from durable_turns.config import Settings, mask_url
 from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import EmbeddedServer
 from durable_turns.hooks import Session, TurnHooks
@@ -128,6 +130,20 @@ async def check_search_attributes(client: Client, namespace: str) -> None:
         )
 
 
+def worker_identity(settings: Settings) -> str:
+    """``pid@host`` plus where this worker keeps its data (passwords masked).
+
+    Temporal shows a worker's identity to clients (``DescribeTaskQueue``, the UI's task
+    queue page), so ``turns state`` can say where the transcripts and the chunk stream of
+    the workers serving a task queue live, even when the client runs elsewhere.
+    """
+    return (
+        f"{os.getpid()}@{socket.gethostname()}"
+        f" store={mask_url(settings.resolved_store_url)}"
+        f" chunks={mask_url(settings.resolved_chunk_stream_url)}"
+    )
+
+
 @contextlib.asynccontextmanager
 async def embedded_server_if_needed(settings: Settings) -> AsyncIterator[EmbeddedServer | None]:
     if not settings.embedded:
@@ -176,6 +192,7 @@ async def running_worker(
         # A killed worker's cached workflows wait this long on its sticky queue before
         # another worker takes them (default 10 s); crash recovery should not.
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+        identity=worker_identity(settings),
     )
     try:
         async with worker:

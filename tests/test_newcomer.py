@@ -1,0 +1,117 @@
+"""A newcomer's first hour (issue 16): the `turns` command from anywhere, never hanging,
+never silent, and a worker that says what it serves."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from durable_turns.config import Settings, default_data_dir, mask_url
+from tests.support.harness import Harness
+
+
+def turns(harness: Harness, cwd: Path, *args: str, timeout: float = 60, **env: str):
+    """``turns ARGS`` run from ``cwd`` against the harness's server and task queue."""
+    full = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "TURNS_"))},
+        "TEMPORAL_ADDRESS": harness.address,
+        "TURNS_TASK_QUEUE": harness.task_queue,
+        **env,
+    }
+    cwd.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        [sys.executable, "-m", "durable_turns.cli", *args],
+        cwd=cwd,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_the_default_data_dir_is_per_user_not_per_directory(
+    tmp_path: Path, monkeypatch: object
+) -> None:
+    mp = monkeypatch  # type: ignore[assignment]
+    mp.delenv("TURNS_DATA_DIR", raising=False)  # type: ignore[attr-defined]
+    mp.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))  # type: ignore[attr-defined]
+    mp.chdir(tmp_path)  # type: ignore[attr-defined]
+    assert default_data_dir() == tmp_path / "xdg" / "durable-turns"
+    assert Settings.from_env().data_dir.is_absolute()
+    mp.delenv("XDG_DATA_HOME")  # type: ignore[attr-defined]
+    assert default_data_dir() == Path.home() / ".local" / "share" / "durable-turns"
+    mp.setenv("TURNS_DATA_DIR", "rel/data")  # type: ignore[attr-defined]
+    assert default_data_dir() == tmp_path / "rel" / "data"  # made absolute once, at start
+    settings = Settings.from_env()
+    assert settings.resolved_store_url == f"sqlite:///{tmp_path}/rel/data/transcripts.db"
+
+
+def test_urls_are_masked() -> None:
+    assert mask_url("postgresql://app:s3cret@db:5432/turns") == "postgresql://app:***@db:5432/turns"
+    assert mask_url("redis://:pw@cache:6379/0") == "redis://:***@cache:6379/0"
+    assert mask_url("redis://cache:6379/0?password=pw&ttl=60") == (
+        "redis://cache:6379/0?password=***&ttl=60"
+    )
+    assert mask_url("sqlite:////tmp/x.db") == "sqlite:////tmp/x.db"
+
+
+async def test_chat_from_another_directory_streams_with_the_default_data_dir(
+    harness: Harness, tmp_path: Path
+) -> None:
+    xdg = str(tmp_path / "xdg")
+    # the worker (started in the project folder) and the CLI (elsewhere) use the defaults
+    harness.start_worker(TURNS_DATA_DIR="", TURNS_STORE_URL="", XDG_DATA_HOME=xdg)
+    conversation = harness.conv("elsewhere")
+    out = await asyncio.to_thread(
+        turns, harness, tmp_path / "elsewhere", "chat", conversation, "Weather in Oslo?",
+        XDG_DATA_HOME=xdg,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "Here is the forecast for Oslo" in out.stdout
+    assert "[turn 1 · completed" in out.stdout
+    shown = await asyncio.to_thread(
+        turns, harness, tmp_path / "yet-another", "transcript", conversation, XDG_DATA_HOME=xdg
+    )
+    assert shown.returncode == 0 and "forecast for Oslo" in shown.stdout
+
+
+async def test_chat_never_hangs_on_a_stream_it_cannot_find(
+    harness: Harness, tmp_path: Path
+) -> None:
+    harness.start_worker()  # keeps its data in <tmp>/data
+    conversation = harness.conv("lost")
+    elsewhere = tmp_path / "elsewhere"
+    out = await asyncio.to_thread(
+        turns, harness, elsewhere, "chat", conversation, "Weather in Rome?",
+        TURNS_DATA_DIR=str(tmp_path / "other-data"),
+    )  # fmt: skip
+    assert out.returncode == 1
+    assert "Here is the forecast for Rome" in out.stdout  # the reply, from the turn's result
+    assert "live chunk stream was not found" in out.stderr
+    assert str(tmp_path / "data" / "chunks.db") in out.stderr  # where the worker keeps it
+    assert "Traceback" not in out.stderr
+
+    state = await asyncio.to_thread(turns, harness, elsewhere, "state", conversation)
+    assert state.returncode == 0, state.stderr
+    assert '"conversation_id"' in state.stdout
+    assert f"chunk stream sqlite:///{tmp_path / 'data' / 'chunks.db'}" in state.stderr
+    assert f"transcripts sqlite:///{tmp_path / 'transcripts.db'}" in state.stderr
+
+    shown = await asyncio.to_thread(
+        turns, harness, elsewhere, "transcript", conversation,
+        TURNS_DATA_DIR=str(tmp_path / "other-data"),
+    )  # fmt: skip
+    assert shown.returncode == 1
+    assert f"no messages of conversation {conversation!r}" in shown.stderr
+    assert str(tmp_path / "transcripts.db") in shown.stderr
+
+
+async def test_chat_without_a_worker_says_so(harness: Harness, tmp_path: Path) -> None:
+    out = await asyncio.to_thread(turns, harness, tmp_path, "chat", harness.conv("none"), "hi")
+    assert out.returncode == 1
+    assert f"no worker polls task queue {harness.task_queue!r}" in out.stderr
+    missing = await asyncio.to_thread(turns, harness, tmp_path, "state", harness.conv("nope"))
+    assert missing.returncode == 1 and "no conversation" in missing.stderr
