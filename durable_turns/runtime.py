@@ -18,8 +18,10 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+import traceback
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
+from typing import TypeVar
 
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
@@ -44,6 +46,8 @@ from durable_turns.workflows.turn import TurnWorkflow
 
 log = logging.getLogger("durable_turns.worker")
 
+T = TypeVar("T")
+
 STICKY_TIMEOUT = timedelta(seconds=2)
 
 WORKFLOWS = [ConversationWorkflow, TurnWorkflow]
@@ -66,6 +70,50 @@ def sandbox_runner() -> SandboxedWorkflowRunner:
     )
 
 
+def _cwd_on_path() -> None:
+    """Modules named by --tools/--hooks/--transforms are found in the current directory
+    too (as uvicorn and celery do), wherever the ``turns`` script itself lives."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def _user_import(flag: str, name: str, load: Callable[[str], T]) -> T:
+    """``load(name)`` for a user's module, with any failure as one clear ``ValueError``."""
+    _cwd_on_path()
+    try:
+        return load(name)
+    except ModuleNotFoundError as e:
+        if e.name and (name == e.name or name.startswith(e.name + ".")):
+            raise ValueError(
+                f"{flag} {name}: no module named {e.name!r} in {os.getcwd()} or on PYTHONPATH"
+            ) from None
+        raise ValueError(f"{flag} {name}: importing it failed: {e}{_origin(e)}") from None
+    except ValueError as e:
+        raise ValueError(f"{flag} {name}: {e}") from None
+    except Exception as e:
+        raise ValueError(
+            f"{flag} {name}: importing it raised {type(e).__name__}: {e}{_origin(e)}"
+        ) from None
+
+
+def _origin(error: BaseException) -> str:
+    """`` (at file:line)``: the innermost frame of the traceback, in the user's code."""
+    frames = traceback.extract_tb(error.__traceback__)
+    own = [f for f in frames if "importlib" not in f.filename and f.filename != __file__]
+    if isinstance(error, SyntaxError) and error.filename:
+        return f" (at {error.filename}:{error.lineno})"
+    return f" (at {own[-1].filename}:{own[-1].lineno})" if own else ""
+
+
+def _module_name(name: str) -> str:
+    """``myhooks.py`` or ``./myhooks.py`` work as ``myhooks``."""
+    name = name.strip()
+    if name.endswith(".py"):
+        name = name[: -len(".py")].removeprefix("./").replace("/", ".")
+    return name
+
+
 def load_hooks(spec: str | None) -> TurnHooks:
     """``module:Class`` → an instance of that TurnHooks subclass (default hooks without one)."""
     if not spec:
@@ -73,18 +121,36 @@ def load_hooks(spec: str | None) -> TurnHooks:
     module_name, _, class_name = spec.partition(":")
     if not class_name:
         raise ValueError(f"--hooks takes module:Class, got {spec!r}")
-    cls = getattr(importlib.import_module(module_name), class_name, None)
+    module = _user_import("--hooks", _module_name(module_name), importlib.import_module)
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise ValueError(f"--hooks {spec}: module {module.__name__!r} has no {class_name!r}")
     if not (isinstance(cls, type) and issubclass(cls, TurnHooks)):
-        raise ValueError(f"{spec!r} is not a TurnHooks subclass")
-    return cls()
+        raise ValueError(f"--hooks {spec}: {class_name} is not a TurnHooks subclass")
+    try:
+        return cls()
+    except Exception as e:
+        raise ValueError(f"--hooks {spec}: {class_name}() raised {type(e).__name__}: {e}") from e
 
 
 def load_tools(modules: list[str]) -> ToolRegistry:
     registry = ToolRegistry()
     registry.load_module("durable_turns.demo_tools")
     for module in modules:
-        registry.load_module(module)
+        _user_import("--tools", _module_name(module), registry.load_module)
     return registry
+
+
+_LOADED_TRANSFORMS: set[str] = set()
+
+
+def load_user_transforms(modules: list[str]) -> None:
+    """Import each ``--transforms`` module once (their transforms register themselves)."""
+    for module in modules:
+        name = _module_name(module)
+        if name not in _LOADED_TRANSFORMS:
+            _user_import("--transforms", name, load_transforms)
+            _LOADED_TRANSFORMS.add(name)
 
 
 async def connect(settings: Settings) -> Client:
@@ -171,8 +237,7 @@ async def running_worker(
     """A started worker for ``settings.task_queue`` (the store is opened and closed here)."""
     hooks = hooks or load_hooks(settings.hooks)
     session = await call_hook(hooks.configure_session(Session()))
-    for module in settings.transforms:
-        load_transforms(module)
+    load_user_transforms(settings.transforms)
     store = store or open_store(settings.resolved_store_url)
     streams = open_stream_backend(settings.resolved_chunk_stream_url)
     models = ModelRegistry.for_worker(settings)
@@ -209,10 +274,14 @@ async def serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    # the user's modules first: a typo fails in a second, before any server starts
+    hooks = load_hooks(settings.hooks)
+    tools = load_tools(settings.tools)
+    load_user_transforms(settings.transforms)
     async with embedded_server_if_needed(settings) as server:
         client = await connect(settings)
         await check_search_attributes(client, settings.namespace)
-        async with running_worker(client, settings):
+        async with running_worker(client, settings, hooks=hooks, tools=tools):
             where = (
                 f"embedded server {server.address} (UI {server.ui_url})"
                 if server

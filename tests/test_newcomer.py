@@ -115,3 +115,133 @@ async def test_chat_without_a_worker_says_so(harness: Harness, tmp_path: Path) -
     assert f"no worker polls task queue {harness.task_queue!r}" in out.stderr
     missing = await asyncio.to_thread(turns, harness, tmp_path, "state", harness.conv("nope"))
     assert missing.returncode == 1 and "no conversation" in missing.stderr
+
+
+# --- your own tools and hooks, from your own folder ----------------------------------------
+
+MYTOOLS = '''
+from pydantic import BaseModel
+
+from durable_turns import ToolContext, tool
+
+
+class OrderArgs(BaseModel):
+    order_id: str
+
+
+@tool
+async def lookup_order(args: OrderArgs, ctx: ToolContext) -> dict:
+    """Look up an order by id."""
+    return {"order": args.order_id, "status": "shipped"}
+'''
+
+MYHOOKS = """
+from durable_turns import TurnConfig, TurnContext, TurnHooks
+
+
+class MyHooks(TurnHooks):
+    async def before_turn(self, ctx: TurnContext) -> TurnConfig | None:
+        return TurnConfig(temperature=0.25)
+"""
+
+
+class UserWorker:
+    """``turns worker ARGS`` started from the user's own folder."""
+
+    def __init__(self, harness: Harness, cwd: Path, *args: str, **env: str) -> None:
+        self.log = cwd / f"worker-{len(args)}.log"
+        full = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "TURNS_"))},
+            "TEMPORAL_ADDRESS": harness.address,
+            "TURNS_TASK_QUEUE": harness.task_queue,
+            "TURNS_DATA_DIR": str(cwd / "data"),
+            "PYTHONPATH": "",
+            **env,
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "durable_turns.cli", "worker", *args],
+            cwd=cwd,
+            env=full,
+            stdout=open(self.log, "wb"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    async def wait_for(self, text: str, within: float = 60) -> str:
+        for _ in range(int(within * 10)):
+            out = self.output()
+            if text in out:
+                return out
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited ({self.proc.returncode}):\n{out}")
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"{text!r} not seen:\n{self.output()}")
+
+    def exit(self, within: float = 60) -> tuple[int, str]:
+        code = self.proc.wait(within)
+        return code, self.output()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+async def test_tools_and_hooks_from_the_current_directory(harness: Harness, tmp_path: Path) -> None:
+    home = tmp_path / "myproject"
+    home.mkdir()
+    (home / "mytools.py").write_text(MYTOOLS)
+    (home / "myhooks.py").write_text(MYHOOKS)
+    worker = UserWorker(harness, home, "--tools", "mytools", "--hooks", "myhooks:MyHooks")
+    try:
+        await worker.wait_for("worker ready")
+        script = harness.script(
+            [
+                {"tool_calls": [{"name": "lookup_order", "input": {"order_id": "A-1"}}]},
+                {"text": "Order: {tool_result} at temperature {request.temperature}."},
+            ]
+        )
+        result = await harness.send(harness.conv("mine"), "Where is A-1?", model=script)
+        assert result.status == "completed", result.error
+        assert "shipped" in result.text and "temperature 0.25" in result.text
+    finally:
+        worker.stop()
+
+
+async def test_a_module_that_fails_to_import_is_one_clear_line(
+    harness: Harness, tmp_path: Path
+) -> None:
+    home = tmp_path / "myproject"
+    home.mkdir()
+    (home / "broken.py").write_text("from durable_turns import tool\n\nx = (1,\n")
+    (home / "raising.py").write_text("import json\n\n\nraise RuntimeError('no config file')\n")
+    (home / "myhooks.py").write_text(MYHOOKS)
+    cases = [
+        (("--tools", "nosuch"), "--tools nosuch: no module named 'nosuch' in"),
+        (("--tools", "broken"), "--tools broken: importing it raised SyntaxError"),
+        (
+            ("--tools", "raising"),
+            "--tools raising: importing it raised RuntimeError: no config file",
+        ),
+        (("--hooks", "myhooks:Nope"), "--hooks myhooks:Nope: module 'myhooks' has no 'Nope'"),
+        (("--hooks", "nosuch:MyHooks"), "--hooks nosuch: no module named 'nosuch'"),
+    ]
+    for args, expected in cases:
+        worker = UserWorker(harness, home, *args)
+        code, out = await asyncio.to_thread(worker.exit)
+        assert code != 0, out
+        assert expected in out, out
+        assert "Traceback" not in out, out
+        lines = [line for line in out.splitlines() if line.strip()]
+        assert len(lines) == 1, out
+    code, out = await asyncio.to_thread(UserWorker(harness, home, "--tools", "broken").exit)
+    assert f"{home / 'broken.py'}:3" in out, out
+    code, out = await asyncio.to_thread(UserWorker(harness, home, "--tools", "raising").exit)
+    assert f"{home / 'raising.py'}:4" in out, out
