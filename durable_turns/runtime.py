@@ -40,7 +40,7 @@ from durable_turns.models import ModelRegistry
 from durable_turns.store import TranscriptStore, open_store
 from durable_turns.streams import open_stream_backend
 from durable_turns.tools import ToolRegistry
-from durable_turns.transforms import load_transforms
+from durable_turns.transforms import load_transforms, transform_names
 from durable_turns.workflows.conversation import ConversationWorkflow
 from durable_turns.workflows.turn import TurnWorkflow
 
@@ -269,6 +269,45 @@ async def running_worker(
             await streams.close()
 
 
+def ready_lines(
+    settings: Settings,
+    hooks: TurnHooks,
+    tools: ToolRegistry,
+    server: EmbeddedServer | None,
+) -> list[str]:
+    """What a worker serves, said once it is polling: where, which queue, models, tools,
+    hooks, transforms, and where its data lives (passwords masked)."""
+    where = (
+        f"embedded Temporal dev server {server.address} (UI {server.ui_url})"
+        if server
+        else f"Temporal {settings.address}"
+    )
+    model = settings.model
+    if model.startswith("demo:"):
+        model += " (a scripted demo, not an LLM: set TURNS_MODEL or --model)"
+    providers = ", ".join(
+        f"{name} ({'key set' if os.environ.get(key) else f'no {key}'})"
+        for name, key in (("anthropic", "ANTHROPIC_API_KEY"), ("openai", "OPENAI_API_KEY"))
+    )
+    if os.environ.get("OPENAI_BASE_URL"):
+        providers += f", openai at {mask_url(os.environ['OPENAI_BASE_URL'])}"
+    cls = type(hooks)
+    hooks_name = (
+        "default (TurnHooks)" if cls is TurnHooks else f"{cls.__module__}:{cls.__qualname__}"
+    )
+    custom = [n for n in transform_names() if n not in ("uppercase", "redact-emails")]
+    return [
+        f"worker ready: {where} · namespace {settings.namespace}"
+        f" · task queue {settings.task_queue!r}",
+        f"  model       {model}; providers demo, {providers}",
+        f"  tools       {', '.join(tools.names()) or '(none)'}",
+        f"  hooks       {hooks_name}",
+        f"  transforms  {', '.join(custom) or '(built-in only)'}",
+        f"  store       {mask_url(settings.resolved_store_url)}",
+        f"  chunks      {mask_url(settings.resolved_chunk_stream_url)}",
+    ]
+
+
 async def serve(settings: Settings) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -282,12 +321,7 @@ async def serve(settings: Settings) -> None:
         client = await connect(settings)
         await check_search_attributes(client, settings.namespace)
         async with running_worker(client, settings, hooks=hooks, tools=tools):
-            where = (
-                f"embedded server {server.address} (UI {server.ui_url})"
-                if server
-                else settings.address
-            )
-            print(f"worker ready: task queue {settings.task_queue!r} on {where}", flush=True)
+            print("\n".join(ready_lines(settings, hooks, tools, server)), flush=True)
             await stop.wait()
     print("worker stopped", flush=True)
 

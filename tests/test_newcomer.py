@@ -201,7 +201,15 @@ async def test_tools_and_hooks_from_the_current_directory(harness: Harness, tmp_
     (home / "myhooks.py").write_text(MYHOOKS)
     worker = UserWorker(harness, home, "--tools", "mytools", "--hooks", "myhooks:MyHooks")
     try:
-        await worker.wait_for("worker ready")
+        out = await worker.wait_for("  chunks ")
+        ready = out[out.index("worker ready") :]
+        assert f"Temporal {harness.address} · namespace default" in ready
+        assert f"task queue {harness.task_queue!r}" in ready
+        assert "model       demo:weather (a scripted demo, not an LLM" in ready
+        assert "tools       get_weather, lookup_order" in ready
+        assert "hooks       myhooks:MyHooks" in ready
+        assert f"store       sqlite:///{home / 'data' / 'transcripts.db'}" in ready
+        assert f"chunks      sqlite:///{home / 'data' / 'chunks.db'}" in ready
         script = harness.script(
             [
                 {"tool_calls": [{"name": "lookup_order", "input": {"order_id": "A-1"}}]},
@@ -245,3 +253,22 @@ async def test_a_module_that_fails_to_import_is_one_clear_line(
     assert f"{home / 'broken.py'}:3" in out, out
     code, out = await asyncio.to_thread(UserWorker(harness, home, "--tools", "raising").exit)
     assert f"{home / 'raising.py'}:4" in out, out
+
+
+def test_the_ready_lines_mask_passwords() -> None:
+    from durable_turns.hooks import TurnHooks
+    from durable_turns.runtime import load_tools, ready_lines
+
+    settings = Settings(
+        temporal_address="temporal.internal:7233",
+        store_url="postgresql://app:s3cret@db:5432/turns",
+        chunk_stream_url="redis://:hunter2@cache:6379/0",
+        model="anthropic:claude-haiku-4-5",
+    )
+    text = "\n".join(ready_lines(settings, TurnHooks(), load_tools([]), None))
+    assert "s3cret" not in text and "hunter2" not in text
+    assert "store       postgresql://app:***@db:5432/turns" in text
+    assert "chunks      redis://:***@cache:6379/0" in text
+    assert "worker ready: Temporal temporal.internal:7233 · namespace default" in text
+    assert "model       anthropic:claude-haiku-4-5; providers demo, anthropic" in text
+    assert "hooks       default (TurnHooks)" in text
