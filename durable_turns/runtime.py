@@ -23,9 +23,14 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import TypeVar
 
-from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -180,20 +185,51 @@ async def connect(settings: Settings) -> Client:
     )
 
 
-async def check_search_attributes(client: Client, namespace: str) -> None:
-    """Fail fast: a turn started with an unknown search attribute wedges forever."""
-    response = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=namespace)
-    )
-    missing = [k.name for k in SEARCH_ATTRIBUTES if k.name not in response.custom_attributes]
-    if missing:
+async def check_search_attributes(client: Client, namespace: str) -> list[str]:
+    """Make sure the namespace knows the search attributes the workflows set (a turn
+    started with an unknown one fails). Missing ones are registered through the operator
+    service where the server allows it (dev servers, self-hosted clusters); otherwise the
+    worker stops and prints the commands that register them. Returns what it registered."""
+    missing = await _missing_search_attributes(client, namespace)
+    if not missing:
+        return []
+    try:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(
+                namespace=namespace,
+                search_attributes={
+                    k.name: IndexedValueType.ValueType(k.indexed_value_type.value)
+                    for k in SEARCH_ATTRIBUTES
+                    if k.name in missing
+                },
+            )
+        )
+        for _ in range(100):  # visible to the namespace a moment later
+            if not await _missing_search_attributes(client, namespace):
+                break
+            await asyncio.sleep(0.1)
+    except RPCError as e:
         commands = "\n".join(
             f"  temporal operator search-attribute create --namespace {namespace} --name {n} --type Keyword"
             for n in missing
         )
         raise SystemExit(
-            f"namespace {namespace!r} lacks the search attributes {missing}; register them:\n{commands}"
-        )
+            f"namespace {namespace!r} lacks the search attributes {missing}, and the server"
+            f" did not let this worker register them ({e.message}); register them:\n{commands}"
+        ) from None
+    print(
+        f"registered the search attributes {', '.join(missing)} in namespace {namespace!r}"
+        " (they were missing)",
+        flush=True,
+    )
+    return missing
+
+
+async def _missing_search_attributes(client: Client, namespace: str) -> list[str]:
+    response = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=namespace)
+    )
+    return [k.name for k in SEARCH_ATTRIBUTES if k.name not in response.custom_attributes]
 
 
 def worker_identity(settings: Settings) -> str:

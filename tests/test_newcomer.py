@@ -9,8 +9,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+from temporalio.client import Client
+
+from durable_turns.client import TurnsClient
+from durable_turns.codec import data_converter_from_env
 from durable_turns.config import Settings, default_data_dir, mask_url
+from durable_turns.contract import TurnResult
+from durable_turns.devserver import port_open, temporal_binary
 from tests.support.harness import Harness
+from tests.support.probes import free_port, wait_until
 
 
 def turns(harness: Harness, cwd: Path, *args: str, timeout: float = 60, **env: str):
@@ -272,3 +279,94 @@ def test_the_ready_lines_mask_passwords() -> None:
     assert "worker ready: Temporal temporal.internal:7233 · namespace default" in text
     assert "model       anthropic:claude-haiku-4-5; providers demo, anthropic" in text
     assert "hooks       default (TurnHooks)" in text
+
+
+# --- a fresh `temporal server start-dev`, and a server that is not up yet -------------------
+
+
+class PlainDevServer:
+    """``temporal server start-dev`` as a user types it: no search attributes, no flags."""
+
+    def __init__(self, tmp: Path, port: int) -> None:
+        self.port = port
+        self.address = f"127.0.0.1:{port}"
+        self.proc = subprocess.Popen(
+            [
+                temporal_binary(),
+                "server",
+                "start-dev",
+                "--headless",
+                "--ip",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--db-filename",
+                str(tmp / f"temporal-{port}.db"),
+                "--log-level",
+                "error",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+        )
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+async def _turn_on(address: str, task_queue: str, conversation: str) -> TurnResult:
+    client = await Client.connect(address, data_converter=data_converter_from_env())
+    return await TurnsClient(client, task_queue).send(conversation, "Weather in Lima?")
+
+
+async def test_a_worker_registers_missing_search_attributes_itself(
+    harness: Harness, tmp_path: Path
+) -> None:
+    server = PlainDevServer(tmp_path, free_port())
+    worker = None
+    try:
+        await wait_until(lambda: port_open("127.0.0.1", server.port), within=30)
+        worker = UserWorker(harness, tmp_path, TEMPORAL_ADDRESS=server.address)
+        out = await worker.wait_for("worker ready", within=90)
+        assert (
+            "registered the search attributes ConversationId, TurnStatus, TurnModel"
+            " in namespace 'default'"
+        ) in out
+        assert "temporal operator search-attribute create" not in out
+        result = await _turn_on(server.address, harness.task_queue, "sa-conv")
+        assert result.status == "completed" and "forecast for Lima" in result.text
+    finally:
+        if worker is not None:
+            worker.stop()
+        server.stop()
+
+
+async def test_a_server_that_refuses_gets_the_commands_instead() -> None:
+    import pytest
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from durable_turns.runtime import check_search_attributes
+
+    class Operator:
+        async def list_search_attributes(self, request: object) -> object:
+            return type("Response", (), {"custom_attributes": {"TurnStatus": 2}})()
+
+        async def add_search_attributes(self, request: object) -> None:
+            raise RPCError("permission denied", RPCStatusCode.PERMISSION_DENIED, b"")
+
+    client = type("Client", (), {"operator_service": Operator()})()
+    with pytest.raises(SystemExit) as exit_:
+        await check_search_attributes(client, "prod")  # type: ignore[arg-type]
+    message = str(exit_.value.code)
+    assert "did not let this worker register them (permission denied)" in message
+    assert (
+        "temporal operator search-attribute create --namespace prod --name ConversationId"
+        " --type Keyword"
+    ) in message
+    assert "--name TurnModel" in message and "--name TurnStatus" not in message
