@@ -185,6 +185,41 @@ async def connect(settings: Settings) -> Client:
     )
 
 
+async def connect_with_retry(
+    settings: Settings,
+    stop: asyncio.Event | None = None,
+    first_delay_s: float = 0.5,
+    max_delay_s: float = 15.0,
+) -> Client | None:
+    """``connect``, retried with exponential backoff while the server is unreachable, each
+    retry said in the log: a worker started before its server (or during a restart) waits
+    for it instead of exiting. None when ``stop`` was set while waiting."""
+    delay = first_delay_s
+    while True:
+        try:
+            client = await connect(settings)
+        except RuntimeError as e:  # the SDK's "Failed client connect: …"
+            reason = str(e).split("Server connection error:")[-1].strip()
+            log.warning(
+                "Temporal server at %s unreachable (%s); retrying in %.1fs",
+                settings.address,
+                reason[:200],
+                delay,
+            )
+        else:
+            if delay > first_delay_s:
+                log.info("connected to the Temporal server at %s", settings.address)
+            return client
+        if stop is None:
+            await asyncio.sleep(delay)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            if stop.is_set():
+                return None
+        delay = min(delay * 2, max_delay_s)
+
+
 async def check_search_attributes(client: Client, namespace: str) -> list[str]:
     """Make sure the namespace knows the search attributes the workflows set (a turn
     started with an unknown one fails). Missing ones are registered through the operator
@@ -354,7 +389,10 @@ async def serve(settings: Settings) -> None:
     tools = load_tools(settings.tools)
     load_user_transforms(settings.transforms)
     async with embedded_server_if_needed(settings) as server:
-        client = await connect(settings)
+        client = await connect_with_retry(settings, stop)
+        if client is None:
+            print("worker stopped", flush=True)
+            return
         await check_search_attributes(client, settings.namespace)
         async with running_worker(client, settings, hooks=hooks, tools=tools):
             print("\n".join(ready_lines(settings, hooks, tools, server)), flush=True)

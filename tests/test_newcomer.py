@@ -370,3 +370,34 @@ async def test_a_server_that_refuses_gets_the_commands_instead() -> None:
         " --type Keyword"
     ) in message
     assert "--name TurnModel" in message and "--name TurnStatus" not in message
+
+
+async def test_a_worker_waits_for_its_server_and_survives_its_restart(
+    harness: Harness, tmp_path: Path
+) -> None:
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    worker = UserWorker(harness, tmp_path, TEMPORAL_ADDRESS=address)
+    server = None
+    try:
+        out = await worker.wait_for("retrying in", within=30)
+        assert f"Temporal server at {address} unreachable" in out
+        await asyncio.sleep(1.5)  # a few retries, still alive
+        assert worker.proc.poll() is None, worker.output()
+        server = PlainDevServer(tmp_path, port)
+        await worker.wait_for("worker ready", within=90)
+        first = await _turn_on(address, harness.task_queue, "restart-conv")
+        assert first.status == "completed"
+        server.stop()  # the server restarts under the worker
+        await asyncio.sleep(2)
+        assert worker.proc.poll() is None, worker.output()
+        server = PlainDevServer(tmp_path, port)
+        await wait_until(lambda: port_open("127.0.0.1", port), within=30)
+        second = await asyncio.wait_for(
+            _turn_on(address, harness.task_queue, "restart-conv"), timeout=90
+        )
+        assert second.status == "completed" and second.turn_number == 2
+    finally:
+        worker.stop()
+        if server is not None:
+            server.stop()
