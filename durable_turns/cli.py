@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
@@ -43,6 +44,71 @@ def fail(message: str) -> int:
     """One line on stderr, no traceback: what went wrong and what to do."""
     print(f"turns: {message}", file=sys.stderr, flush=True)
     return 1
+
+
+class InvalidInput(Exception):
+    """A mistake in what the user typed: one line, exit status 2, nothing sent or retried."""
+
+
+def parse_body(text: str | None) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidInput(
+            f"--body is not valid JSON ({e.msg} at line {e.lineno} column {e.colno});"
+            """ e.g. --body '{"mode": "browse"}'"""
+        ) from None
+    if not isinstance(body, dict):
+        raise InvalidInput(f"--body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def check_model(model: str | None) -> None:
+    """A ``provider:model`` id; a ``demo:`` script file found here is checked before it is
+    sent, so a broken one is one line naming the file, not a failed turn."""
+    if model is None:
+        return
+    provider, sep, name = model.partition(":")
+    if not sep or not provider or not name:
+        raise InvalidInput(
+            f"--model {model!r} is not a provider:model id"
+            " (e.g. anthropic:claude-sonnet-4-5, openai:gpt-4.1, demo:weather)"
+        )
+    if provider != "demo":
+        return
+    from durable_turns.models.demo import BUILTIN_SCRIPTS
+
+    path = Path(name)
+    if name in BUILTIN_SCRIPTS or not path.is_file():
+        return  # a built-in script, or a file only the worker sees: the worker checks it
+    problem = demo_script_problem(path.read_text(errors="replace"))
+    if problem:
+        raise InvalidInput(f"--model {model}: demo script {path.absolute()} {problem}")
+
+
+def demo_script_problem(text: str) -> str | None:
+    """What is wrong with a demo script's text (see docs/tools.md), or None."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        return f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+    if isinstance(data, dict) and "turns" in data:
+        turns = data["turns"]
+        if not isinstance(turns, list) or not all(isinstance(t, list) for t in turns):
+            return 'has "turns" that is not a list of lists of steps'
+        steps = [s for t in turns for s in t]
+    elif isinstance(data, dict) and "steps" in data:
+        steps = data["steps"]
+    else:
+        steps = data
+    if not isinstance(steps, list):
+        return 'is neither a list of steps nor {"steps": [...]} nor {"turns": [[...]]}'
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            return f"has step {i} that is not a JSON object"
+    return None
 
 
 async def _client(settings: Settings) -> TurnsClient:
@@ -91,7 +157,8 @@ async def chat(args: argparse.Namespace, settings: Settings) -> int:
     turn that finished with no live chunks where this client looks is reported, with the
     place the workers keep their stream, and its reply printed from the result.
     """
-    body = json.loads(args.body) if args.body else None
+    body = parse_body(args.body)
+    check_model(args.model)
     client = await _client(settings)
     try:
         polling = await workers(client)
@@ -324,9 +391,18 @@ def main(argv: list[str] | None = None) -> None:
 
         runtime.main(argv[1:] if argv else sys.argv[2:])
         return
-    settings = Settings.from_env()
     try:
+        settings = Settings.from_env()
         code = asyncio.run(COMMANDS[args.command](args, settings))
+    except InvalidInput as e:
+        print(f"turns {args.command}: {e}", file=sys.stderr)
+        code = 2
+    except ValueError as e:  # a bad setting (TURNS_*), said by config
+        print(f"turns {args.command}: {e}", file=sys.stderr)
+        code = 2
+    except RPCError as e:
+        print(f"turns {args.command}: the Temporal server said: {e.message}", file=sys.stderr)
+        code = 1
     except KeyboardInterrupt:
         code = 130
     sys.exit(code)

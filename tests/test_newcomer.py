@@ -401,3 +401,33 @@ async def test_a_worker_waits_for_its_server_and_survives_its_restart(
         worker.stop()
         if server is not None:
             server.stop()
+
+
+# --- friendly errors -------------------------------------------------------------------------
+
+
+async def test_invalid_input_is_one_line_and_never_sent(harness: Harness, tmp_path: Path) -> None:
+    (tmp_path / "broken.json").write_text('[{"text": "hi"},\n {"text": }]')
+    (tmp_path / "notsteps.json").write_text('{"steps": ["hi"]}')
+    cases = [
+        (("--body", "{mode: browse}"), "turns chat: --body is not valid JSON (Expecting"),
+        (("--body", "[1, 2]"), "turns chat: --body must be a JSON object, got list"),
+        (("--model", "claude"), "turns chat: --model 'claude' is not a provider:model id"),
+        (
+            ("--model", "demo:broken.json"),
+            f"demo script {tmp_path / 'broken.json'} is not valid JSON (Expecting value at line 2",
+        ),
+        (
+            ("--model", "demo:notsteps.json"),
+            f"demo script {tmp_path / 'notsteps.json'} has step 0 that is not a JSON object",
+        ),
+    ]
+    conversation = harness.conv("bad-input")
+    for args, expected in cases:
+        out = await asyncio.to_thread(turns, harness, tmp_path, "chat", conversation, "hi", *args)
+        assert out.returncode == 2, out
+        assert expected in out.stderr, out.stderr
+        assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    # nothing was sent: the conversation was never started
+    missing = await asyncio.to_thread(turns, harness, tmp_path, "state", conversation)
+    assert missing.returncode == 1 and "no conversation" in missing.stderr
