@@ -97,9 +97,14 @@ def message_text(message: Message) -> str:
     return "\n\n".join(c.strip() for c in chunks if c.strip())
 
 
-def step_result(step: StepRecord, results: dict[str, ToolResultRecord]) -> StepResult:
+def step_result(
+    step: StepRecord, results: dict[str, ToolResultRecord], turn: TurnRecord | None = None
+) -> StepResult:
     calls = [p for p in step.parts if isinstance(p, ToolCallPart)]
     return StepResult(
+        conversation_id=turn.conversation_id if turn else "",
+        turn_number=turn.turn_number if turn else 0,
+        request_id=turn.request_id if turn else "",
         step_number=step.step,
         text="".join(p.text for p in step.parts if isinstance(p, TextPart)),
         reasoning=[p for p in step.parts if isinstance(p, ReasoningPart)],

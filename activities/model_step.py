@@ -62,12 +62,14 @@ class ModelStepActivities:
         results = await self.deps.store.tool_results(turn.turn_id)
         config = ctx_build.turn_config(turn)
         if prior:
-            await self.deps.lifecycle.on_step_finish(ctx_build.step_result(prior[-1], results))
+            await self.deps.lifecycle.on_step_finish(
+                ctx_build.step_result(prior[-1], results, turn)
+            )
         messages = await ctx_build.step_messages(self.deps.store, turn, prior, results)
         inherited = prior[-1].experimental_context if prior else None
         step_config = await self.deps.lifecycle.before_step(
             PrepareStepContext(
-                steps=[ctx_build.step_result(s, results) for s in prior],
+                steps=[ctx_build.step_result(s, results, turn) for s in prior],
                 step_number=inp.step,
                 model=inp.model,
                 messages=messages,
@@ -146,7 +148,9 @@ class ModelStepActivities:
             except UnknownTransform as e:
                 raise ApplicationError(str(e), type=INVALID_REQUEST, non_retryable=True) from e
         sends_reasoning = config.send_reasoning is not False
-        on_chunk = self.deps.lifecycle.chunk_handler(inp.step, inp.turn.request_id, sends_reasoning)
+        on_chunk = self.deps.lifecycle.chunk_handler(
+            inp.step, inp.turn.request_id, sends_reasoning, turn=inp.turn
+        )
         sink = None if publisher is None else _client_sink(publisher, sends_reasoning)
         try:
             return await consume(
@@ -169,7 +173,13 @@ class ModelStepActivities:
         """Whether a failed step is a context overflow the workflow should recover from."""
         if error.kind == "transient" or not self.deps.hooks.context_overflow.reactive:
             return False
-        ctx = ChatErrorContext(stage="stream", request_id=ref.request_id, messages_persisted=True)
+        ctx = ChatErrorContext(
+            stage="stream",
+            request_id=ref.request_id,
+            messages_persisted=True,
+            conversation_id=ref.conversation_id,
+            turn_number=ref.turn_number,
+        )
         return await self.deps.lifecycle.classify(error, ctx) == "context_overflow"
 
 

@@ -205,7 +205,11 @@ class TurnContext:
 
 @dataclass
 class StepResult:
-    """One finished step, as ``on_step_finish`` and ``PrepareStepContext.steps`` see it."""
+    """One finished step, as ``on_step_finish`` and ``PrepareStepContext.steps`` see it.
+
+    Like every hook context it says which turn it belongs to (``conversation_id``,
+    ``turn_number``, ``request_id``): stable keys for idempotent side effects.
+    """
 
     step_number: int
     text: str = ""
@@ -220,6 +224,9 @@ class StepResult:
     response: dict[str, Any] = field(default_factory=dict)
     files: list[Any] = field(default_factory=list)
     sources: list[Any] = field(default_factory=list)
+    conversation_id: str = ""
+    turn_number: int = 0
+    request_id: str = ""
 
     @property
     def reasoning_text(self) -> str | None:
@@ -310,6 +317,13 @@ class ChunkContext:
     chunk: StreamPart
     step_number: int = 0
     request_id: str = ""
+    conversation_id: str = ""
+    turn_number: int = 0
+    attempt: int = 1
+    """The model-step (or tool-call) activity attempt that streamed the chunk: 1 for the
+    first. A chunk with a higher attempt than you have seen for ``step_number`` means the
+    step is being retried (the live stream's ``reset``): drop what you accumulated from its
+    earlier attempts, they are discarded."""
 
 
 @dataclass
@@ -340,6 +354,8 @@ class ChatErrorContext:
     """Whether the turn's incoming user messages were stored before it failed."""
     classification: ChatErrorClassification | None = None
     """``"context_overflow"`` when an overflow could not be recovered."""
+    conversation_id: str = ""
+    turn_number: int = 0
 
 
 @dataclass
