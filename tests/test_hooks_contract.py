@@ -51,3 +51,35 @@ async def test_every_hook_context_carries_the_turn(harness: Harness) -> None:
         assert call["turn_number"] == turn, call
     step1 = next(c for c in calls if c["hook"] == "before_step" and c["steps"])
     assert step1["steps"] == [[conversation, 1]]
+
+
+async def test_on_chunk_tells_a_retried_step_by_its_attempt(harness: Harness) -> None:
+    start(harness)
+    step = {
+        "text": "one two three four",
+        "error": {"message": "overloaded", "status": 529, "kind": "transient", "after_chunks": 2},
+        "attempts": 1,
+    }
+    result = await harness.send(harness.conv("retry"), "hi", model=harness.script([step]))
+    assert result.status == "completed" and result.text == "one two three four"
+    chunks = [
+        (c["attempt"], c["text"])
+        for c in harness.hook_calls()
+        if c["hook"] == "on_chunk" and c["type"] == "text-delta"
+    ]
+    assert chunks == [
+        (1, "one "),
+        (1, "two "),
+        (2, "one "),
+        (2, "two "),
+        (2, "three "),
+        (2, "four"),
+    ], chunks
+    # what a hook keeps, dropping earlier attempts of a step as the live stream's reset does
+    kept: dict[int, list[str]] = {}
+    latest = 0
+    for attempt, text in chunks:
+        if attempt > latest:
+            kept, latest = {}, attempt
+        kept.setdefault(0, []).append(text)
+    assert "".join(kept[0]) == result.text
