@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -405,7 +406,18 @@ def main(argv: list[str] | None = None) -> None:
         code = 1
     except KeyboardInterrupt:
         code = 130
-    sys.exit(code)
+    if argv is not None:  # called from Python: leave the interpreter to its caller
+        sys.exit(code)
+    _exit(code)
+
+
+def _exit(code: int) -> None:
+    """Leave without the interpreter's teardown: temporalio's runtime can abort the process
+    as Python finalizes ("PyGILState_Release … must be current", sdk-python#300), turning
+    a finished command into exit status 134. Everything is done and flushed by now."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
