@@ -14,6 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import context as ctx_build
+from durable_turns.activities.context import request_metadata
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.errors import INVALID_REQUEST, STREAM_STALLED, provider_failure
 from durable_turns.activities.streaming import StepSnapshot, StreamStalled, consume
@@ -100,6 +101,7 @@ class ModelStepActivities:
             if isinstance(snapshot, StepSummary):
                 return snapshot
             record = _record(inp.step, turn.run, model, snapshot)
+            record.request = request_metadata(model, request)
             record.active_tools = step_config.active_tools
             record.experimental_context = (
                 step_config.experimental_context if step_config.sets_context else inherited
@@ -208,6 +210,7 @@ def _record(step: int, run: int, model: str, snap: StepSnapshot) -> StepRecord:
         response=finish.response if finish else {},
         warnings=finish.warnings if finish else [],
         model=model,
+        sources=list(snap.sources),
     )
 
 

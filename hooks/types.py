@@ -223,7 +223,13 @@ class StepResult:
     warnings: list[str] = field(default_factory=list)
     response: dict[str, Any] = field(default_factory=dict)
     files: list[Any] = field(default_factory=list)
+    """The files the model generated in this step (``FilePart``s)."""
     sources: list[Any] = field(default_factory=list)
+    """The sources (citations) the model streamed in this step (``SourcePart``s)."""
+    request: dict[str, Any] = field(default_factory=dict)
+    """What was asked of the model: ``model``, ``message_count``, ``system_chars``,
+    ``tools`` (names), ``tool_choice``, ``provider_options``, ``headers`` (names only),
+    ``attempt`` and the sampling settings that were set."""
     conversation_id: str = ""
     turn_number: int = 0
     request_id: str = ""

@@ -83,3 +83,27 @@ async def test_on_chunk_tells_a_retried_step_by_its_attempt(harness: Harness) ->
             kept, latest = {}, attempt
         kept.setdefault(0, []).append(text)
     assert "".join(kept[0]) == result.text
+
+
+async def test_on_step_finish_gets_the_full_step_record(harness: Harness) -> None:
+    start(harness)
+    script = [
+        {
+            "text": "Looking.",
+            "sources": [{"url": "https://example.org/a", "title": "A"}],
+            "tool_calls": [{"name": "note", "input": {"text": "x"}}],
+        },
+        {"text": "Done."},
+    ]
+    model = harness.script(script)
+    result = await harness.send(harness.conv("record"), "hi", model=model)
+    assert result.status == "completed", result.error
+    steps = {c["step"]: c for c in harness.hook_calls() if c["hook"] == "on_step_finish"}
+    first, second = steps[0], steps[1]
+    assert [s["url"] for s in first["sources"]] == ["https://example.org/a"]
+    assert first["sources"][0]["title"] == "A"
+    assert second["sources"] == [] and first["files"] == []
+    request = first["request"]
+    assert request["model"] == model and request["attempt"] == 1
+    assert "note" in request["tools"] and request["message_count"] == 1
+    assert second["request"]["message_count"] == 2  # the user's message, then step 0's output

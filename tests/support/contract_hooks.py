@@ -64,7 +64,7 @@ class ContractHooks(TurnHooks):
             "on_step_finish",
             ctx,
             step=ctx.step_number,
-            request=getattr(ctx, "request", None),
+            request=ctx.request,
             sources=[s.model_dump(mode="json") for s in ctx.sources],
             files=[f.model_dump(mode="json") for f in ctx.files],
         )
