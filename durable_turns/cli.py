@@ -124,19 +124,30 @@ async def _client(settings: Settings) -> TurnsClient:
         sys.exit(f"turns: cannot connect to the Temporal server at {settings.address}: {e}")
 
 
-async def workers(client: TurnsClient) -> list[str]:
-    """The identities of the workers polling the client's task queue (recently).
-
-    A worker's identity says where it keeps its data (``runtime.worker_identity``).
-    """
+async def _pollers(
+    client: TurnsClient, task_queue: str, kind: TaskQueueType.ValueType
+) -> list[str]:
     response = await client.client.workflow_service.describe_task_queue(
         DescribeTaskQueueRequest(
             namespace=client.client.namespace,
-            task_queue=TaskQueue(name=client.task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
-            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+            task_queue_type=kind,
         )
     )
     return sorted({p.identity for p in response.pollers})
+
+
+async def workers(client: TurnsClient) -> list[str]:
+    """The workers serving the client's task queue (polled recently), each as its identity
+    with where it keeps its data (``runtime.worker_identity``); empty when none polls."""
+    from durable_turns.runtime import info_task_queue
+
+    if not await _pollers(client, client.task_queue, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW):
+        return []
+    described = await _pollers(
+        client, info_task_queue(client.task_queue), TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY
+    )
+    return described or ["a worker (where it keeps its data: not reported)"]
 
 
 def _worker_field(identity: str, name: str) -> str | None:

@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import TypeVar
 
+from temporalio import activity
 from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
@@ -267,12 +268,20 @@ async def _missing_search_attributes(client: Client, namespace: str) -> list[str
     return [k.name for k in SEARCH_ATTRIBUTES if k.name not in response.custom_attributes]
 
 
+def info_task_queue(task_queue: str) -> str:
+    """Where workers of ``task_queue`` say where they keep their data (see ``worker_identity``)."""
+    return f"{task_queue}/workers"
+
+
 def worker_identity(settings: Settings) -> str:
     """``pid@host`` plus where this worker keeps its data (passwords masked).
 
-    Temporal shows a worker's identity to clients (``DescribeTaskQueue``, the UI's task
-    queue page), so ``turns state`` can say where the transcripts and the chunk stream of
-    the workers serving a task queue live, even when the client runs elsewhere.
+    Each worker also polls ``info_task_queue`` under this identity (nothing is ever
+    scheduled there, so it costs no history), and Temporal shows pollers' identities to
+    clients (``DescribeTaskQueue``, the UI's task queue page): ``turns state`` can say where
+    the transcripts and the chunk stream of the workers serving a task queue live, even
+    when the client runs elsewhere. The turn worker keeps the short default identity, which
+    every history event it writes records.
     """
     return (
         f"{os.getpid()}@{socket.gethostname()}"
@@ -328,10 +337,22 @@ async def running_worker(
         # A killed worker's cached workflows wait this long on its sticky queue before
         # another worker takes them (default 10 s); crash recovery should not.
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
-        identity=worker_identity(settings),
+    )
+    identity = worker_identity(settings)
+
+    @activity.defn(name="worker_info")
+    async def worker_info() -> str:  # never scheduled: the poller's identity is the point
+        return identity
+
+    info = Worker(
+        client,
+        task_queue=info_task_queue(settings.task_queue),
+        activities=[worker_info],
+        max_concurrent_activities=1,
+        identity=identity,
     )
     try:
-        async with worker:
+        async with worker, info:
             yield worker
     finally:
         await models.aclose()
