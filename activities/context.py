@@ -6,11 +6,14 @@ independent of conversation size: activities receive ids, never the context.
 
 from __future__ import annotations
 
+from typing import Any
+
 from durable_turns.activities.compaction import apply_compaction
 from durable_turns.activities.truncation import truncate_older
 from durable_turns.contract import CONTINUE_PROMPT
 from durable_turns.hooks.types import StepResult, TurnConfig
 from durable_turns.messages import (
+    FilePart,
     Message,
     Part,
     ReasoningPart,
@@ -19,6 +22,7 @@ from durable_turns.messages import (
     ToolCallPart,
     ToolResultPart,
 )
+from durable_turns.models import ModelRequest
 from durable_turns.store import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
 
 
@@ -98,9 +102,44 @@ def message_text(message: Message) -> str:
     return "\n\n".join(c.strip() for c in chunks if c.strip())
 
 
-def step_result(step: StepRecord, results: dict[str, ToolResultRecord]) -> StepResult:
+def request_metadata(model_id: str, request: ModelRequest) -> dict[str, Any]:
+    """A model request as ``StepContext.request`` shows it: what was asked, small and free
+    of secrets (no messages, no header values)."""
+    meta: dict[str, Any] = {
+        "model": model_id,
+        "message_count": len(request.messages),
+        "system_chars": len(request.system),
+        "tools": [t.name for t in request.tools],
+        "tool_choice": request.tool_choice,
+        "provider_options": request.provider_options,
+        "headers": sorted(request.headers),
+        "attempt": request.attempt,
+    }
+    for name in (
+        "max_output_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "presence_penalty",
+        "frequency_penalty",
+        "stop_sequences",
+        "seed",
+        "output_schema",
+    ):
+        value = getattr(request, name)
+        if value is not None:
+            meta[name] = value
+    return meta
+
+
+def step_result(
+    step: StepRecord, results: dict[str, ToolResultRecord], turn: TurnRecord | None = None
+) -> StepResult:
     calls = [p for p in step.parts if isinstance(p, ToolCallPart)]
     return StepResult(
+        conversation_id=turn.conversation_id if turn else "",
+        turn_number=turn.turn_number if turn else 0,
+        request_id=turn.request_id if turn else "",
         step_number=step.step,
         text="".join(p.text for p in step.parts if isinstance(p, TextPart)),
         reasoning=[p for p in step.parts if isinstance(p, ReasoningPart)],
@@ -114,6 +153,9 @@ def step_result(step: StepRecord, results: dict[str, ToolResultRecord]) -> StepR
         provider_metadata=step.provider_metadata,
         warnings=step.warnings,
         response=step.response,
+        request=step.request,
+        sources=list(step.sources),
+        files=[p for p in step.parts if isinstance(p, FilePart)],
     )
 
 

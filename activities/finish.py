@@ -41,7 +41,7 @@ class FinishActivities:
         steps = await self.deps.store.steps(turn.turn_id, turn.run)
         results = await self.deps.store.tool_results(turn.turn_id)
         if steps and inp.status == "completed":
-            last = ctx_build.step_result(steps[-1], results)
+            last = ctx_build.step_result(steps[-1], results, turn)
             async with keep_alive(self.deps.beat_every):
                 await self.deps.lifecycle.on_step_finish(last)
             schema = ctx_build.turn_config(turn).output
@@ -85,6 +85,8 @@ class FinishActivities:
             request_id=turn.request_id,
             messages_persisted=messages_persisted,
             classification=error.classification,  # type: ignore[arg-type]
+            conversation_id=turn.conversation_id,
+            turn_number=turn.turn_number,
         )
         async with keep_alive(self.deps.beat_every):
             shown = await self.deps.lifecycle.on_chat_error(_TurnError(error), ctx)

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from temporalio import activity
 
 from durable_turns.activities.errors import hook_failure
+from durable_turns.contract import TurnRef
 from durable_turns.hooks.base import TurnHooks, overrides
 from durable_turns.hooks.extensions import (
     Extensions,
@@ -128,22 +129,34 @@ class Lifecycle:
             await self.extensions.notify("on_step_finish", step_snapshot(step))
 
     def chunk_handler(
-        self, step: int, request_id: str, send_reasoning: bool = True
+        self,
+        step: int,
+        request_id: str,
+        send_reasoning: bool = True,
+        *,
+        turn: TurnRef | None = None,
     ) -> OnChunk | None:
-        """The per-chunk observer of a step, or None when nobody listens (the hot path)."""
+        """The per-chunk observer of a step, or None when nobody listens (the hot path).
+
+        Its contexts carry the turn and the activity attempt: a retried step's chunks come
+        with a higher ``attempt`` (the live stream's ``reset``)."""
         hook = self.overrides("on_chunk")
         extensions = self.extensions.subscribed("on_chunk")
         if not (hook or extensions):
             return None
         types = CHUNK_TYPES if send_reasoning else CHUNK_TYPES - {"reasoning-delta"}
         on_chunk = self.hooks.on_chunk
+        conversation_id = turn.conversation_id if turn else ""
+        turn_number = turn.turn_number if turn else 0
+        attempt = activity.info().attempt if activity.in_activity() else 1
 
         async def observe(chunk: StreamPart) -> None:
             if chunk.type not in types:
                 return
             if hook:
+                ctx = ChunkContext(chunk, step, request_id, conversation_id, turn_number, attempt)
                 try:
-                    await call_hook(on_chunk(ChunkContext(chunk, step, request_id)))
+                    await call_hook(on_chunk(ctx))
                 except Exception as e:
                     activity.logger.warning("on_chunk raised %r (ignored: it is observational)", e)
             if extensions:

@@ -14,6 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import context as ctx_build
+from durable_turns.activities.context import request_metadata
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.errors import INVALID_REQUEST, STREAM_STALLED, provider_failure
 from durable_turns.activities.streaming import StepSnapshot, StreamStalled, consume
@@ -68,12 +69,14 @@ class ModelStepActivities:
         results = await self.deps.store.tool_results(turn.turn_id)
         config = ctx_build.turn_config(turn)
         if prior:
-            await self.deps.lifecycle.on_step_finish(ctx_build.step_result(prior[-1], results))
+            await self.deps.lifecycle.on_step_finish(
+                ctx_build.step_result(prior[-1], results, turn)
+            )
         messages = await ctx_build.step_messages(self.deps.store, turn, prior, results)
         inherited = prior[-1].experimental_context if prior else None
         step_config = await self.deps.lifecycle.before_step(
             PrepareStepContext(
-                steps=[ctx_build.step_result(s, results) for s in prior],
+                steps=[ctx_build.step_result(s, results, turn) for s in prior],
                 step_number=inp.step,
                 model=inp.model,
                 messages=messages,
@@ -106,6 +109,7 @@ class ModelStepActivities:
             if isinstance(snapshot, StepSummary):
                 return snapshot
             record = _record(inp.step, turn.run, model, snapshot)
+            record.request = request_metadata(model, request)
             record.active_tools = step_config.active_tools
             record.experimental_context = (
                 step_config.experimental_context if step_config.sets_context else inherited
@@ -161,7 +165,9 @@ class ModelStepActivities:
             except UnknownTransform as e:
                 raise ApplicationError(str(e), type=INVALID_REQUEST, non_retryable=True) from e
         sends_reasoning = config.send_reasoning is not False
-        on_chunk = self.deps.lifecycle.chunk_handler(inp.step, inp.turn.request_id, sends_reasoning)
+        on_chunk = self.deps.lifecycle.chunk_handler(
+            inp.step, inp.turn.request_id, sends_reasoning, turn=inp.turn
+        )
         sink = None if publisher is None else _client_sink(publisher, sends_reasoning)
         try:
             return await consume(
@@ -184,7 +190,13 @@ class ModelStepActivities:
         """Whether a failed step is a context overflow the workflow should recover from."""
         if error.kind == "transient" or not self.deps.hooks.context_overflow.reactive:
             return False
-        ctx = ChatErrorContext(stage="stream", request_id=ref.request_id, messages_persisted=True)
+        ctx = ChatErrorContext(
+            stage="stream",
+            request_id=ref.request_id,
+            messages_persisted=True,
+            conversation_id=ref.conversation_id,
+            turn_number=ref.turn_number,
+        )
         return await self.deps.lifecycle.classify(error, ctx) == "context_overflow"
 
 
@@ -213,6 +225,7 @@ def _record(step: int, run: int, model: str, snap: StepSnapshot) -> StepRecord:
         response=finish.response if finish else {},
         warnings=finish.warnings if finish else [],
         model=model,
+        sources=list(snap.sources),
     )
 
 

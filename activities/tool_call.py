@@ -40,7 +40,7 @@ class ToolCallActivities:
         config = ctx_build.turn_config(turn)
         available = {s.name for s in self.deps.tool_specs(config, step.active_tools)}
         ctx = await self._tool_call_context(turn, steps, inp.step, call)
-        on_chunk = self.deps.lifecycle.chunk_handler(inp.step, ref.request_id)
+        on_chunk = self.deps.lifecycle.chunk_handler(inp.step, ref.request_id, turn=ref)
         started = time.monotonic()
         async with keep_alive(self.deps.beat_every):
             run = await run_tool_call(

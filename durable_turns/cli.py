@@ -14,12 +14,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import sys
+from pathlib import Path
 from typing import Any
 
+from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.service import RPCError, RPCStatusCode
+
 from durable_turns.client import TurnsClient
-from durable_turns.config import Settings
+from durable_turns.config import Settings, mask_url
 from durable_turns.contract import TurnResult, id_problem
 from durable_turns.devserver import EmbeddedServer, port_open
 
@@ -33,35 +41,188 @@ def _print_result(result: TurnResult) -> None:
     print(line, file=sys.stderr if result.status != "completed" else sys.stdout)
 
 
+def fail(message: str) -> int:
+    """One line on stderr, no traceback: what went wrong and what to do."""
+    print(f"turns: {message}", file=sys.stderr, flush=True)
+    return 1
+
+
+class InvalidInput(Exception):
+    """A mistake in what the user typed: one line, exit status 2, nothing sent or retried."""
+
+
+def parse_body(text: str | None) -> dict[str, Any] | None:
+    if not text:
+        return None
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidInput(
+            f"--body is not valid JSON ({e.msg} at line {e.lineno} column {e.colno});"
+            """ e.g. --body '{"mode": "browse"}'"""
+        ) from None
+    if not isinstance(body, dict):
+        raise InvalidInput(f"--body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def check_model(model: str | None) -> None:
+    """A ``provider:model`` id; a ``demo:`` script file found here is checked before it is
+    sent, so a broken one is one line naming the file, not a failed turn."""
+    if model is None:
+        return
+    provider, sep, name = model.partition(":")
+    if not sep or not provider or not name:
+        raise InvalidInput(
+            f"--model {model!r} is not a provider:model id"
+            " (e.g. anthropic:claude-sonnet-4-5, openai:gpt-4.1, demo:weather)"
+        )
+    if provider != "demo":
+        return
+    from durable_turns.models.demo import BUILTIN_SCRIPTS
+
+    path = Path(name)
+    if name in BUILTIN_SCRIPTS or not path.is_file():
+        return  # a built-in script, or a file only the worker sees: the worker checks it
+    problem = demo_script_problem(path.read_text(errors="replace"))
+    if problem:
+        raise InvalidInput(f"--model {model}: demo script {path.absolute()} {problem}")
+
+
+def demo_script_problem(text: str) -> str | None:
+    """What is wrong with a demo script's text (see docs/tools.md), or None."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        return f"is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})"
+    if isinstance(data, dict) and "turns" in data:
+        turns = data["turns"]
+        if not isinstance(turns, list) or not all(isinstance(t, list) for t in turns):
+            return 'has "turns" that is not a list of lists of steps'
+        steps = [s for t in turns for s in t]
+    elif isinstance(data, dict) and "steps" in data:
+        steps = data["steps"]
+    else:
+        steps = data
+    if not isinstance(steps, list):
+        return 'is neither a list of steps nor {"steps": [...]} nor {"turns": [[...]]}'
+    for i, step in enumerate(steps):
+        if not isinstance(step, dict):
+            return f"has step {i} that is not a JSON object"
+    return None
+
+
 async def _client(settings: Settings) -> TurnsClient:
     if settings.embedded and not port_open("127.0.0.1", settings.embedded_port):
         sys.exit(
-            f"no Temporal server at {settings.address}: start a worker first (`turns worker`),"
-            " or set TEMPORAL_ADDRESS"
+            f"turns: no Temporal server at {settings.address}: start a worker first"
+            " (`turns worker`), or set TEMPORAL_ADDRESS"
         )
-    return await TurnsClient.connect(settings)
+    try:
+        return await TurnsClient.connect(settings)
+    except RuntimeError as e:  # the SDK's connection error
+        sys.exit(f"turns: cannot connect to the Temporal server at {settings.address}: {e}")
+
+
+async def _pollers(
+    client: TurnsClient, task_queue: str, kind: TaskQueueType.ValueType
+) -> list[str]:
+    response = await client.client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.client.namespace,
+            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+            task_queue_type=kind,
+        )
+    )
+    return sorted({p.identity for p in response.pollers})
+
+
+async def workers(client: TurnsClient) -> list[str]:
+    """The workers serving the client's task queue (polled recently), each as its identity
+    with where it keeps its data (``runtime.worker_identity``); empty when none polls."""
+    from durable_turns.runtime import info_task_queue
+
+    if not await _pollers(client, client.task_queue, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW):
+        return []
+    described = await _pollers(
+        client, info_task_queue(client.task_queue), TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY
+    )
+    return described or ["a worker (where it keeps its data: not reported)"]
+
+
+def _worker_field(identity: str, name: str) -> str | None:
+    for word in identity.split():
+        if word.startswith(f"{name}="):
+            return word.partition("=")[2]
+    return None
+
+
+def _where_workers_keep(identities: list[str], name: str) -> str:
+    found = sorted({w for i in identities if (w := _worker_field(i, name))})
+    return ", ".join(found) if found else "(unknown: the workers did not say)"
 
 
 async def chat(args: argparse.Namespace, settings: Settings) -> int:
-    """Submit the message, print the reply live from the chunk stream, then its status."""
+    """Submit the message, print the reply live from the chunk stream, then its status.
+
+    Never waits on the stream alone: the turn's result decides when the command ends, and a
+    turn that finished with no live chunks where this client looks is reported, with the
+    place the workers keep their stream, and its reply printed from the result.
+    """
+    body = parse_body(args.body)
+    check_model(args.model)
     client = await _client(settings)
-    body = json.loads(args.body) if args.body else None
-    request_id = await client.submit(args.conversation, args.message, model=args.model, body=body)
-    number = await client.turn_number(args.conversation, request_id)
-    if number and client.stream_url not in ("none", "off"):
-        await _print_live(client, args.conversation, number)
-    result = await client.wait(args.conversation, request_id)
-    if not number or client.stream_url in ("none", "off"):
+    try:
+        polling = await workers(client)
+        if not polling:
+            return fail(
+                f"no worker polls task queue {client.task_queue!r} on {settings.address}:"
+                " start one with `turns worker` (or check TURNS_TASK_QUEUE)"
+            )
+        request_id = await client.submit(
+            args.conversation, args.message, model=args.model, body=body
+        )
+        number = await client.turn_number(args.conversation, request_id)
+        live: asyncio.Task[None] | None = None
+        seen = [0]  # events the live printer has shown
+        if number and client.stream_url not in ("none", "off"):
+            live = asyncio.create_task(_print_live(client, args.conversation, number, seen))
+        result = await client.wait(args.conversation, request_id)
+        await _finish_live(live)
+        streamed = seen[0] > 0
+        if streamed:
+            _print_result(result.model_copy(update={"text": ""}))
+            return 0 if result.status == "completed" else 1
         _print_result(result)
-    else:
-        _print_result(result.model_copy(update={"text": ""}))
-    await client.aclose()
-    return 0 if result.status == "completed" else 1
+        if live is None:
+            return 0 if result.status == "completed" else 1
+        return fail(
+            f"turn {number} finished, but its live chunk stream was not found at"
+            f" {mask_url(client.stream_url)} (the reply above is from the turn's result);"
+            f" the workers of task queue {client.task_queue!r} keep theirs at"
+            f" {_where_workers_keep(polling, 'chunks')}: set TURNS_DATA_DIR or"
+            " TURNS_CHUNK_STREAM_URL to match"
+        )
+    finally:
+        await client.aclose()
 
 
-async def _print_live(client: Any, conversation: str, number: int) -> None:
+async def _finish_live(live: asyncio.Task[None] | None, grace_s: float = 2.0) -> None:
+    """Once the turn has finished: give the live printer a moment to reach ``turn-finish``,
+    then stop it. An unreadable stream counts as none found (the result is printed)."""
+    if live is None:
+        return
+    done, _ = await asyncio.wait({live}, timeout=grace_s)
+    if not done:
+        live.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await live
+
+
+async def _print_live(client: Any, conversation: str, number: int, seen: list[int]) -> None:
     out = sys.stdout
     async for event in client.chunks(conversation, number):
+        seen[0] += 1
         if event.type == "chunk" and event.data.get("type") == "text-delta":
             out.write(event.data["text"])
             out.flush()
@@ -94,8 +255,30 @@ async def cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def state(args: argparse.Namespace, settings: Settings) -> int:
+    """The conversation's state as JSON (stdout), then where its workers keep their data
+    (stderr, so the JSON stays pipeable)."""
     client = await _client(settings)
-    print((await client.state(args.conversation)).model_dump_json(indent=2))
+    try:
+        current = await client.state(args.conversation)
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return fail(f"no conversation {args.conversation!r} on {settings.address}")
+        return fail(f"cannot query conversation {args.conversation!r}: {e.message}")
+    print(current.model_dump_json(indent=2))
+    polling = await workers(client)
+    if not polling:
+        print(f"# no worker polls task queue {client.task_queue!r} right now", file=sys.stderr)
+    for identity in polling:
+        name, _, rest = identity.partition(" ")
+        where = " · ".join(
+            f"{label} {_worker_field(identity, key) or '?'}"
+            for key, label in (("store", "transcripts"), ("chunks", "chunk stream"))
+        )
+        print(
+            f"# worker {name} on task queue {client.task_queue!r}: "
+            + (where if rest else "(where it keeps its data: not reported)"),
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -103,7 +286,14 @@ async def transcript(args: argparse.Namespace, settings: Settings) -> int:
     from durable_turns.store import open_store
 
     async with open_store(settings.resolved_store_url) as store:
-        for message in await store.messages(args.conversation):
+        messages = await store.messages(args.conversation)
+        if not messages:
+            where = await _workers_store(settings)
+            return fail(
+                f"no messages of conversation {args.conversation!r} in"
+                f" {mask_url(settings.resolved_store_url)}{where}"
+            )
+        for message in messages:
             if args.json:
                 print(message.model_dump_json())
                 continue
@@ -111,6 +301,23 @@ async def transcript(args: argparse.Namespace, settings: Settings) -> int:
             for part in message.parts:
                 print(_describe(part.model_dump()))
     return 0
+
+
+async def _workers_store(settings: Settings) -> str:
+    """``; the workers … keep theirs at …`` when a server and workers answer, else ``""``."""
+    if settings.embedded and not port_open("127.0.0.1", settings.embedded_port):
+        return ""
+    try:
+        client = await asyncio.wait_for(TurnsClient.connect(settings), 5)
+        polling = await asyncio.wait_for(workers(client), 5)
+    except Exception:
+        return ""
+    if not polling:
+        return ""
+    return (
+        f"; the workers of task queue {settings.task_queue!r} keep theirs at"
+        f" {_where_workers_keep(polling, 'store')} (set TURNS_DATA_DIR or TURNS_STORE_URL)"
+    )
 
 
 def _describe(part: dict[str, Any]) -> str:
@@ -199,12 +406,32 @@ def main(argv: list[str] | None = None) -> None:
     conversation = getattr(args, "conversation", None)
     if conversation is not None and (problem := id_problem(conversation)):
         parser().exit(2, f"turns {args.command}: invalid conversation id: {problem}\n")
-    settings = Settings.from_env()
     try:
+        settings = Settings.from_env()
         code = asyncio.run(COMMANDS[args.command](args, settings))
+    except InvalidInput as e:
+        print(f"turns {args.command}: {e}", file=sys.stderr)
+        code = 2
+    except ValueError as e:  # a bad setting (TURNS_*), said by config
+        print(f"turns {args.command}: {e}", file=sys.stderr)
+        code = 2
+    except RPCError as e:
+        print(f"turns {args.command}: the Temporal server said: {e.message}", file=sys.stderr)
+        code = 1
     except KeyboardInterrupt:
         code = 130
-    sys.exit(code)
+    if argv is not None:  # called from Python: leave the interpreter to its caller
+        sys.exit(code)
+    _exit(code)
+
+
+def _exit(code: int) -> None:
+    """Leave without the interpreter's teardown: temporalio's runtime can abort the process
+    as Python finalizes ("PyGILState_Release … must be current", sdk-python#300), turning
+    a finished command into exit status 134. Everything is done and flushed by now."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,10 @@
 """Configuration, read from the environment (and overridden by CLI flags).
 
 Every field has a safe default: with nothing set, a worker starts an embedded Temporal dev
-server, keeps its data under ``./.data`` and runs the offline ``demo:`` model.
+server, keeps its data in a per-user folder that does not depend on the current directory
+(``$XDG_DATA_HOME/durable-turns``, else ``~/.local/share/durable-turns``; ``TURNS_DATA_DIR``
+overrides it) and runs the offline ``demo:`` model. So a worker started in one directory and
+``turns chat`` run from another find the same store and the same chunk stream.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 from durable_turns.contract import DEFAULT_MAX_STEPS, DEFAULT_MODEL, DEFAULT_TASK_QUEUE
 
@@ -19,6 +23,40 @@ EMBEDDED_HOST = "127.0.0.1"
 def _env(name: str, default: str | None = None) -> str | None:
     value = os.environ.get(name)
     return value if value not in (None, "") else default
+
+
+def default_data_dir() -> Path:
+    """``TURNS_DATA_DIR``, else ``$XDG_DATA_HOME/durable-turns``, else
+    ``~/.local/share/durable-turns``: absolute, whatever the current directory."""
+    configured = _env("TURNS_DATA_DIR")
+    if configured:
+        return Path(configured).expanduser().absolute()
+    xdg = _env("XDG_DATA_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
+    return (base / "durable-turns").absolute()
+
+
+def mask_url(url: str | None) -> str:
+    """A URL fit to print: passwords (in the netloc or a ``password=`` query) masked."""
+    if not url:
+        return "none"
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    masked = url
+    if "@" in parts.netloc:
+        userinfo, _, host = parts.netloc.rpartition("@")
+        user, sep, _password = userinfo.partition(":")
+        netloc = f"{user}:***@{host}" if sep else f"***@{host}"  # a lone name may be a token
+        masked = masked.replace(parts.netloc, netloc, 1)
+    if parts.query:
+        query = "&".join(
+            f"{k}=***" if k.lower() in ("password", "pass", "pwd") else f"{k}={v}" if v else k
+            for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        )
+        masked = masked.replace(parts.query, query, 1)
+    return masked
 
 
 def _split(value: str | None) -> list[str]:
@@ -37,8 +75,10 @@ class Settings:
     """TEMPORAL_NAMESPACE."""
     task_queue: str = DEFAULT_TASK_QUEUE
     """TURNS_TASK_QUEUE."""
-    data_dir: Path = Path(".data")
-    """TURNS_DATA_DIR: the embedded server's and the SQLite store's files."""
+    data_dir: Path = field(default_factory=default_data_dir)
+    """TURNS_DATA_DIR: the embedded server's, the SQLite store's and the SQLite chunk
+    stream's files; default ``$XDG_DATA_HOME/durable-turns`` or
+    ``~/.local/share/durable-turns`` (never relative to the current directory)."""
     store_url: str | None = None
     """TURNS_STORE_URL: sqlite:///path or postgresql://…; default SQLite in data_dir."""
     model: str = DEFAULT_MODEL
@@ -78,7 +118,7 @@ class Settings:
             ui_port=int(_env("TURNS_UI_PORT", "8233") or 8233),
             namespace=_env("TEMPORAL_NAMESPACE", "default") or "default",
             task_queue=_env("TURNS_TASK_QUEUE", DEFAULT_TASK_QUEUE) or DEFAULT_TASK_QUEUE,
-            data_dir=Path(_env("TURNS_DATA_DIR", ".data") or ".data"),
+            data_dir=default_data_dir(),
             store_url=_env("TURNS_STORE_URL"),
             model=_env("TURNS_MODEL", DEFAULT_MODEL) or DEFAULT_MODEL,
             max_steps=int(_env("TURNS_MAX_STEPS", str(DEFAULT_MAX_STEPS)) or DEFAULT_MAX_STEPS),

@@ -59,12 +59,18 @@ async def run_demo(settings: Settings, keep: bool = False) -> int:
             print(f"  ConversationWorkflow  {conversation}")
             for n in range(1, len(QUESTIONS) + 1):
                 print(f"  TurnWorkflow          {turn_workflow_id(conversation, n)}")
-            print(
-                f"\nTemporal UI: {ui}/namespaces/{settings.namespace}/workflows?query=ConversationId%3D%22{conversation}%22"
-            )
+            link = f"{ui}/namespaces/{settings.namespace}/workflows?query=ConversationId%3D%22{conversation}%22"
             print(f"transcript:  turns transcript {conversation}")
             if keep:
-                print("\nserver and worker keep running; Ctrl-C stops them.")
+                print(f"\nTemporal UI: {link}")
+                print("server and worker keep running; Ctrl-C stops them.")
+            elif server is not None:
+                print(
+                    "\nTemporal UI: the demo stops its server as it ends, and the UI with it;"
+                    f" run `turns demo --keep` to read these turns at\n  {link}"
+                )
+            else:
+                print(f"\nTemporal UI: {link}")
                 try:
                     await asyncio.Event().wait()
                 except asyncio.CancelledError:

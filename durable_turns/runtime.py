@@ -14,21 +14,31 @@ import asyncio
 import contextlib
 import importlib
 import logging
+import os
 import signal
+import socket
 import sys
-from collections.abc import AsyncIterator
+import traceback
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
+from typing import TypeVar
 
-from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio import activity
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_turns.activities import ActivityDeps, all_activities
 from durable_turns.activities.lifecycle import call_hook
 from durable_turns.codec import data_converter_from_env
-from durable_turns.config import Settings
+from durable_turns.config import Settings, mask_url
 from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import EmbeddedServer
 from durable_turns.hooks import Session, TurnHooks
@@ -36,11 +46,13 @@ from durable_turns.models import ModelRegistry
 from durable_turns.store import TranscriptStore, open_store
 from durable_turns.streams import open_stream_backend
 from durable_turns.tools import ToolRegistry
-from durable_turns.transforms import load_transforms
+from durable_turns.transforms import load_transforms, transform_names
 from durable_turns.workflows.conversation import ConversationWorkflow
 from durable_turns.workflows.turn import TurnWorkflow
 
 log = logging.getLogger("durable_turns.worker")
+
+T = TypeVar("T")
 
 STICKY_TIMEOUT = timedelta(seconds=2)
 
@@ -64,6 +76,50 @@ def sandbox_runner() -> SandboxedWorkflowRunner:
     )
 
 
+def _cwd_on_path() -> None:
+    """Modules named by --tools/--hooks/--transforms are found in the current directory
+    too (as uvicorn and celery do), wherever the ``turns`` script itself lives."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def _user_import(flag: str, name: str, load: Callable[[str], T]) -> T:
+    """``load(name)`` for a user's module, with any failure as one clear ``ValueError``."""
+    _cwd_on_path()
+    try:
+        return load(name)
+    except ModuleNotFoundError as e:
+        if e.name and (name == e.name or name.startswith(e.name + ".")):
+            raise ValueError(
+                f"{flag} {name}: no module named {e.name!r} in {os.getcwd()} or on PYTHONPATH"
+            ) from None
+        raise ValueError(f"{flag} {name}: importing it failed: {e}{_origin(e)}") from None
+    except ValueError as e:
+        raise ValueError(f"{flag} {name}: {e}") from None
+    except Exception as e:
+        raise ValueError(
+            f"{flag} {name}: importing it raised {type(e).__name__}: {e}{_origin(e)}"
+        ) from None
+
+
+def _origin(error: BaseException) -> str:
+    """`` (at file:line)``: the innermost frame of the traceback, in the user's code."""
+    frames = traceback.extract_tb(error.__traceback__)
+    own = [f for f in frames if "importlib" not in f.filename and f.filename != __file__]
+    if isinstance(error, SyntaxError) and error.filename:
+        return f" (at {error.filename}:{error.lineno})"
+    return f" (at {own[-1].filename}:{own[-1].lineno})" if own else ""
+
+
+def _module_name(name: str) -> str:
+    """``myhooks.py`` or ``./myhooks.py`` work as ``myhooks``."""
+    name = name.strip()
+    if name.endswith(".py"):
+        name = name[: -len(".py")].removeprefix("./").replace("/", ".")
+    return name
+
+
 def load_hooks(spec: str | None) -> TurnHooks:
     """``module:Class`` → an instance of that TurnHooks subclass (default hooks without one)."""
     if not spec:
@@ -71,18 +127,36 @@ def load_hooks(spec: str | None) -> TurnHooks:
     module_name, _, class_name = spec.partition(":")
     if not class_name:
         raise ValueError(f"--hooks takes module:Class, got {spec!r}")
-    cls = getattr(importlib.import_module(module_name), class_name, None)
+    module = _user_import("--hooks", _module_name(module_name), importlib.import_module)
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        raise ValueError(f"--hooks {spec}: module {module.__name__!r} has no {class_name!r}")
     if not (isinstance(cls, type) and issubclass(cls, TurnHooks)):
-        raise ValueError(f"{spec!r} is not a TurnHooks subclass")
-    return cls()
+        raise ValueError(f"--hooks {spec}: {class_name} is not a TurnHooks subclass")
+    try:
+        return cls()
+    except Exception as e:
+        raise ValueError(f"--hooks {spec}: {class_name}() raised {type(e).__name__}: {e}") from e
 
 
 def load_tools(modules: list[str]) -> ToolRegistry:
     registry = ToolRegistry()
     registry.load_module("durable_turns.demo_tools")
     for module in modules:
-        registry.load_module(module)
+        _user_import("--tools", _module_name(module), registry.load_module)
     return registry
+
+
+_LOADED_TRANSFORMS: set[str] = set()
+
+
+def load_user_transforms(modules: list[str]) -> None:
+    """Import each ``--transforms`` module once (their transforms register themselves)."""
+    for module in modules:
+        name = _module_name(module)
+        if name not in _LOADED_TRANSFORMS:
+            _user_import("--transforms", name, load_transforms)
+            _LOADED_TRANSFORMS.add(name)
 
 
 async def connect(settings: Settings) -> Client:
@@ -112,20 +186,108 @@ async def connect(settings: Settings) -> Client:
     )
 
 
-async def check_search_attributes(client: Client, namespace: str) -> None:
-    """Fail fast: a turn started with an unknown search attribute wedges forever."""
-    response = await client.operator_service.list_search_attributes(
-        ListSearchAttributesRequest(namespace=namespace)
-    )
-    missing = [k.name for k in SEARCH_ATTRIBUTES if k.name not in response.custom_attributes]
-    if missing:
+async def connect_with_retry(
+    settings: Settings,
+    stop: asyncio.Event | None = None,
+    first_delay_s: float = 0.5,
+    max_delay_s: float = 15.0,
+) -> Client | None:
+    """``connect``, retried with exponential backoff while the server is unreachable, each
+    retry said in the log: a worker started before its server (or during a restart) waits
+    for it instead of exiting. None when ``stop`` was set while waiting."""
+    delay = first_delay_s
+    while True:
+        try:
+            client = await connect(settings)
+        except RuntimeError as e:  # the SDK's "Failed client connect: …"
+            reason = str(e).split("Server connection error:")[-1].strip()
+            log.warning(
+                "Temporal server at %s unreachable (%s); retrying in %.1fs",
+                settings.address,
+                reason[:200],
+                delay,
+            )
+        else:
+            if delay > first_delay_s:
+                log.info("connected to the Temporal server at %s", settings.address)
+            return client
+        if stop is None:
+            await asyncio.sleep(delay)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            if stop.is_set():
+                return None
+        delay = min(delay * 2, max_delay_s)
+
+
+async def check_search_attributes(client: Client, namespace: str) -> list[str]:
+    """Make sure the namespace knows the search attributes the workflows set (a turn
+    started with an unknown one fails). Missing ones are registered through the operator
+    service where the server allows it (dev servers, self-hosted clusters); otherwise the
+    worker stops and prints the commands that register them. Returns what it registered."""
+    missing = await _missing_search_attributes(client, namespace)
+    if not missing:
+        return []
+    try:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(
+                namespace=namespace,
+                search_attributes={
+                    k.name: IndexedValueType.ValueType(k.indexed_value_type.value)
+                    for k in SEARCH_ATTRIBUTES
+                    if k.name in missing
+                },
+            )
+        )
+        for _ in range(100):  # visible to the namespace a moment later
+            if not await _missing_search_attributes(client, namespace):
+                break
+            await asyncio.sleep(0.1)
+    except RPCError as e:
         commands = "\n".join(
             f"  temporal operator search-attribute create --namespace {namespace} --name {n} --type Keyword"
             for n in missing
         )
         raise SystemExit(
-            f"namespace {namespace!r} lacks the search attributes {missing}; register them:\n{commands}"
-        )
+            f"namespace {namespace!r} lacks the search attributes {missing}, and the server"
+            f" did not let this worker register them ({e.message}); register them:\n{commands}"
+        ) from None
+    print(
+        f"registered the search attributes {', '.join(missing)} in namespace {namespace!r}"
+        " (they were missing)",
+        flush=True,
+    )
+    return missing
+
+
+async def _missing_search_attributes(client: Client, namespace: str) -> list[str]:
+    response = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=namespace)
+    )
+    return [k.name for k in SEARCH_ATTRIBUTES if k.name not in response.custom_attributes]
+
+
+def info_task_queue(task_queue: str) -> str:
+    """Where workers of ``task_queue`` say where they keep their data (see ``worker_identity``)."""
+    return f"{task_queue}/workers"
+
+
+def worker_identity(settings: Settings) -> str:
+    """``pid@host`` plus where this worker keeps its data (passwords masked).
+
+    Each worker also polls ``info_task_queue`` under this identity (nothing is ever
+    scheduled there, so it costs no history), and Temporal shows pollers' identities to
+    clients (``DescribeTaskQueue``, the UI's task queue page): ``turns state`` can say where
+    the transcripts and the chunk stream of the workers serving a task queue live, even
+    when the client runs elsewhere. The turn worker keeps the short default identity, which
+    every history event it writes records.
+    """
+    return (
+        f"{os.getpid()}@{socket.gethostname()}"
+        f" store={mask_url(settings.resolved_store_url)}"
+        f" chunks={mask_url(settings.resolved_chunk_stream_url)}"
+    )
 
 
 @contextlib.asynccontextmanager
@@ -155,8 +317,7 @@ async def running_worker(
     """A started worker for ``settings.task_queue`` (the store is opened and closed here)."""
     hooks = hooks or load_hooks(settings.hooks)
     session = await call_hook(hooks.configure_session(Session()))
-    for module in settings.transforms:
-        load_transforms(module)
+    load_user_transforms(settings.transforms)
     store = store or open_store(settings.resolved_store_url)
     streams = open_stream_backend(settings.resolved_chunk_stream_url)
     models = ModelRegistry.for_worker(settings)
@@ -177,8 +338,21 @@ async def running_worker(
         # another worker takes them (default 10 s); crash recovery should not.
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
     )
+    identity = worker_identity(settings)
+
+    @activity.defn(name="worker_info")
+    async def worker_info() -> str:  # never scheduled: the poller's identity is the point
+        return identity
+
+    info = Worker(
+        client,
+        task_queue=info_task_queue(settings.task_queue),
+        activities=[worker_info],
+        max_concurrent_activities=1,
+        identity=identity,
+    )
     try:
-        async with worker:
+        async with worker, info:
             yield worker
     finally:
         await models.aclose()
@@ -187,21 +361,62 @@ async def running_worker(
             await streams.close()
 
 
+def ready_lines(
+    settings: Settings,
+    hooks: TurnHooks,
+    tools: ToolRegistry,
+    server: EmbeddedServer | None,
+) -> list[str]:
+    """What a worker serves, said once it is polling: where, which queue, models, tools,
+    hooks, transforms, and where its data lives (passwords masked)."""
+    where = (
+        f"embedded Temporal dev server {server.address} (UI {server.ui_url})"
+        if server
+        else f"Temporal {settings.address}"
+    )
+    model = settings.model
+    if model.startswith("demo:"):
+        model += " (a scripted demo, not an LLM: set TURNS_MODEL or --model)"
+    providers = ", ".join(
+        f"{name} ({'key set' if os.environ.get(key) else f'no {key}'})"
+        for name, key in (("anthropic", "ANTHROPIC_API_KEY"), ("openai", "OPENAI_API_KEY"))
+    )
+    if os.environ.get("OPENAI_BASE_URL"):
+        providers += f", openai at {mask_url(os.environ['OPENAI_BASE_URL'])}"
+    cls = type(hooks)
+    hooks_name = (
+        "default (TurnHooks)" if cls is TurnHooks else f"{cls.__module__}:{cls.__qualname__}"
+    )
+    custom = [n for n in transform_names() if n not in ("uppercase", "redact-emails")]
+    return [
+        f"worker ready: {where} · namespace {settings.namespace}"
+        f" · task queue {settings.task_queue!r}",
+        f"  model       {model}; providers demo, {providers}",
+        f"  tools       {', '.join(tools.names()) or '(none)'}",
+        f"  hooks       {hooks_name}",
+        f"  transforms  {', '.join(custom) or '(built-in only)'}",
+        f"  store       {mask_url(settings.resolved_store_url)}",
+        f"  chunks      {mask_url(settings.resolved_chunk_stream_url)}",
+    ]
+
+
 async def serve(settings: Settings) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    # the user's modules first: a typo fails in a second, before any server starts
+    hooks = load_hooks(settings.hooks)
+    tools = load_tools(settings.tools)
+    load_user_transforms(settings.transforms)
     async with embedded_server_if_needed(settings) as server:
-        client = await connect(settings)
+        client = await connect_with_retry(settings, stop)
+        if client is None:
+            print("worker stopped", flush=True)
+            return
         await check_search_attributes(client, settings.namespace)
-        async with running_worker(client, settings):
-            where = (
-                f"embedded server {server.address} (UI {server.ui_url})"
-                if server
-                else settings.address
-            )
-            print(f"worker ready: task queue {settings.task_queue!r} on {where}", flush=True)
+        async with running_worker(client, settings, hooks=hooks, tools=tools):
+            print("\n".join(ready_lines(settings, hooks, tools, server)), flush=True)
             await stop.wait()
     print("worker stopped", flush=True)
 

@@ -126,6 +126,10 @@ class TurnHooks:
         Only dispatched when overridden. Model chunks come from the model-step activity;
         tool results (``tool-result``, ``preliminary=True`` for a streaming tool's
         intermediate values) from the tool-call activity. A raise is logged and ignored.
+
+        A retried step streams again from its start: ``ctx.attempt`` (the activity attempt,
+        1 first) is then higher, the hooks' form of the live stream's ``reset``; drop what
+        you accumulated from the step's earlier attempts.
         """
 
     async def on_chat_response(self, result: ChatResponseResult) -> None:

@@ -280,7 +280,11 @@ class TurnContext:
 
 @dataclass
 class StepResult:
-    """One finished step, as ``on_step_finish`` and ``PrepareStepContext.steps`` see it."""
+    """One finished step, as ``on_step_finish`` and ``PrepareStepContext.steps`` see it.
+
+    Like every hook context it says which turn it belongs to (``conversation_id``,
+    ``turn_number``, ``request_id``): stable keys for idempotent side effects.
+    """
 
     step_number: int
     text: str = ""
@@ -294,7 +298,16 @@ class StepResult:
     warnings: list[str] = field(default_factory=list)
     response: dict[str, Any] = field(default_factory=dict)
     files: list[Any] = field(default_factory=list)
+    """The files the model generated in this step (``FilePart``s)."""
     sources: list[Any] = field(default_factory=list)
+    """The sources (citations) the model streamed in this step (``SourcePart``s)."""
+    request: dict[str, Any] = field(default_factory=dict)
+    """What was asked of the model: ``model``, ``message_count``, ``system_chars``,
+    ``tools`` (names), ``tool_choice``, ``provider_options``, ``headers`` (names only),
+    ``attempt`` and the sampling settings that were set."""
+    conversation_id: str = ""
+    turn_number: int = 0
+    request_id: str = ""
 
     @property
     def reasoning_text(self) -> str | None:
@@ -385,6 +398,13 @@ class ChunkContext:
     chunk: StreamPart
     step_number: int = 0
     request_id: str = ""
+    conversation_id: str = ""
+    turn_number: int = 0
+    attempt: int = 1
+    """The model-step (or tool-call) activity attempt that streamed the chunk: 1 for the
+    first. A chunk with a higher attempt than you have seen for ``step_number`` means the
+    step is being retried (the live stream's ``reset``): drop what you accumulated from its
+    earlier attempts, they are discarded."""
 
 
 @dataclass
@@ -415,6 +435,8 @@ class ChatErrorContext:
     """Whether the turn's incoming user messages were stored before it failed."""
     classification: ChatErrorClassification | None = None
     """``"context_overflow"`` when an overflow could not be recovered."""
+    conversation_id: str = ""
+    turn_number: int = 0
 
 
 @dataclass

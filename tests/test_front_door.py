@@ -38,5 +38,6 @@ async def test_turns_demo_runs_offline_and_cleans_up(tmp_path: Path) -> None:
     assert text.count("[completed · 2 steps") == 2
     assert "ConversationWorkflow  demo-" in text and "/turn-2" in text
     assert f"http://127.0.0.1:{ui_port}/namespaces/default/workflows" in text
+    assert "stops its server as it ends" in text and "`turns demo --keep`" in text
     assert "nothing left running" in text
     assert not port_open("127.0.0.1", port) and not port_open("127.0.0.1", ui_port)

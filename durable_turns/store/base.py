@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from durable_turns.messages import Message, Part, Usage
+from durable_turns.messages import Message, Part, SourcePart, Usage
 
 
 class TurnRecord(BaseModel):
@@ -46,6 +46,11 @@ class StepRecord(BaseModel):
     """``before_step``'s tool restriction for this step: its calls may use only these."""
     experimental_context: Any = None
     """``before_step``'s context, in force from this step on; tools get it."""
+    sources: list[SourcePart] = Field(default_factory=list)
+    """The sources (citations) the model streamed in this step."""
+    request: dict[str, Any] = Field(default_factory=dict)
+    """What was asked of the model (``request_metadata``): model, settings, tool names,
+    message count; never the messages themselves, nor header values."""
 
 
 class ToolResultRecord(BaseModel):
