@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -27,6 +28,25 @@ from durable_turns.models import ModelProvider, ModelRegistry, ProviderError
 from durable_turns.store import TranscriptStore, TurnRecord
 from durable_turns.streams import ChunkPublisher, ChunkStreamBackend
 from durable_turns.tools import ToolRegistry
+
+
+def worker_options(settings: Settings) -> dict[str, Any]:
+    """The Worker options activities rely on: on SIGTERM, running activities get
+    ``shutdown_grace_s`` to finish before they are handed over (cancelled, then re-run in full
+    elsewhere)."""
+    return {"graceful_shutdown_timeout": timedelta(seconds=settings.shutdown_grace_s)}
+
+
+def cancelled_by_user() -> bool:
+    """Whether the running activity's cancellation was asked for by its workflow (cancelChat),
+    rather than caused by a worker shutdown, a heartbeat timeout or a lost server."""
+    details = activity.cancellation_details()
+    return bool(
+        details is not None
+        and details.cancel_requested
+        and not (details.worker_shutdown or details.timed_out or details.not_found)
+        and not (details.paused or details.reset)
+    )
 
 
 @contextlib.asynccontextmanager

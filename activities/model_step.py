@@ -14,8 +14,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import context as ctx_build
-from durable_turns.activities.deps import ActivityDeps
-from durable_turns.activities.errors import INVALID_REQUEST, STREAM_STALLED, provider_failure
+from durable_turns.activities.deps import ActivityDeps, cancelled_by_user
+from durable_turns.activities.errors import (
+    INVALID_REQUEST,
+    STREAM_STALLED,
+    WORKER_SHUTDOWN,
+    provider_failure,
+)
 from durable_turns.activities.streaming import StepSnapshot, StreamStalled, consume
 from durable_turns.contract import MODEL_STEP, ModelStepInput, StepSummary, ToolCallRef, TurnRef
 from durable_turns.hooks.types import ChatErrorContext, PrepareStepContext, StepConfig, TurnConfig
@@ -89,8 +94,13 @@ class ModelStepActivities:
             partial = StepSnapshot()
             try:
                 snapshot = await self._stream(provider, request, config, inp, publisher, partial)
-            except asyncio.CancelledError:  # cancelChat: keep what was streamed so far
-                if partial.parts:
+            except asyncio.CancelledError:
+                if not cancelled_by_user():
+                    # A worker shutdown, a heartbeat timeout, a lost server: nothing is kept,
+                    # the step is re-run in full (a stored partial would become the reply).
+                    _raise_if_shutting_down()
+                    raise
+                if partial.parts:  # cancelChat: keep what was streamed so far
                     aborted = _record(inp.step, turn.run, model, partial)
                     aborted.raw_finish_reason = "aborted"
                     await self.deps.store.save_step(turn.turn_id, aborted)
@@ -171,6 +181,16 @@ class ModelStepActivities:
             return False
         ctx = ChatErrorContext(stage="stream", request_id=ref.request_id, messages_persisted=True)
         return await self.deps.lifecycle.classify(error, ctx) == "context_overflow"
+
+
+def _raise_if_shutting_down() -> None:
+    """A step cut short by its worker's shutdown fails as retryable, to run again elsewhere."""
+    details = activity.cancellation_details()
+    if details is not None and details.worker_shutdown:
+        raise ApplicationError(
+            "the worker shut down during this step; it is re-run in full on another worker",
+            type=WORKER_SHUTDOWN,
+        ) from None
 
 
 def _client_sink(publisher: ChunkPublisher, sends_reasoning: bool) -> Callable[[StreamPart], None]:

@@ -67,6 +67,8 @@ class Settings:
     """TURNS_CLIENT_TOOL_TIMEOUT_S: how long a turn waits for client tool results/approvals."""
     model_retries: int = 2
     """TURNS_MODEL_RETRIES: retries of a failed model step (TurnConfig.max_retries wins)."""
+    shutdown_grace_s: float = 10.0
+    """TURNS_SHUTDOWN_GRACE_S: on SIGTERM, how long running activities may finish first."""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -93,6 +95,7 @@ class Settings:
             step_timeout_s=float(_env("TURNS_STEP_TIMEOUT_S", "600") or 600),
             model_retries=int(_env("TURNS_MODEL_RETRIES", "2") or 2),
             client_tool_timeout_s=float(_env("TURNS_CLIENT_TOOL_TIMEOUT_S", "3600") or 3600),
+            shutdown_grace_s=float(_env("TURNS_SHUTDOWN_GRACE_S", "10") or 0),
         )
 
     def __post_init__(self) -> None:

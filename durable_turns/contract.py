@@ -57,6 +57,8 @@ STREAM_STALLED = "StreamStalled"
 HOOK_ERROR = "HookError"
 INVALID_REQUEST = "InvalidRequest"
 INVALID_MODEL = "InvalidModel"
+WORKER_SHUTDOWN = "WorkerShutdown"
+"""A worker stopped mid-step past its shutdown grace: the step is re-run in full."""
 
 CONTINUE_PROMPT = (
     "Continue your previous response from exactly where it left off. Do not repeat any of it."
