@@ -31,10 +31,23 @@ from durable_turns.tools import ToolRegistry
 
 
 def worker_options(settings: Settings) -> dict[str, Any]:
-    """The Worker options activities rely on: on SIGTERM, running activities get
-    ``shutdown_grace_s`` to finish before they are handed over (cancelled, then re-run in full
-    elsewhere)."""
-    return {"graceful_shutdown_timeout": timedelta(seconds=settings.shutdown_grace_s)}
+    """The Worker options activities rely on.
+
+    On SIGTERM, running activities get ``shutdown_grace_s`` to finish before they are handed
+    over (cancelled, then re-run in full elsewhere). A cancel reaches an activity only in the
+    answer to a heartbeat, and the SDK sends at most one heartbeat per 0.8 × the heartbeat
+    timeout (24 s at the default 30 s): ``cancel_check_ms`` caps that interval, so a model
+    step, which heartbeats twice as often while it streams, stops within about that long.
+    Activities that heartbeat rarely (hooks, tools: every timeout/4) send no more than before.
+    """
+    options: dict[str, Any] = {
+        "graceful_shutdown_timeout": timedelta(seconds=settings.shutdown_grace_s)
+    }
+    if settings.cancel_check_ms > 0:
+        options["max_heartbeat_throttle_interval"] = timedelta(
+            milliseconds=settings.cancel_check_ms
+        )
+    return options
 
 
 def cancelled_by_user() -> bool:
@@ -91,6 +104,14 @@ class ActivityDeps:
     def beat_every(self) -> float:
         """How often a hook or tool that runs long heartbeats."""
         return max(self.settings.heartbeat_timeout_s / 4, 0.05)
+
+    @property
+    def stream_beat_every(self) -> float:
+        """How often a streaming model step heartbeats: twice per ``cancel_check_ms``, so the
+        SDK always has one to send when its throttle lets the next through."""
+        if self.settings.cancel_check_ms <= 0:
+            return self.beat_every
+        return min(self.beat_every, max(self.settings.cancel_check_ms / 2000, 0.05))
 
     async def session(self) -> Session:
         if not isinstance(self.session_source, Session):

@@ -163,7 +163,7 @@ class ModelStepActivities:
                 stream,
                 stall_timeout_ms=self.deps.stall_ms(config),
                 heartbeat=activity.heartbeat,
-                heartbeat_every_s=self.deps.beat_every,
+                heartbeat_every_s=self.deps.stream_beat_every,
                 on_chunk=on_chunk,
                 sink=sink,
                 snapshot=snapshot,
