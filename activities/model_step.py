@@ -94,6 +94,14 @@ class ModelStepActivities:
             partial = StepSnapshot()
             try:
                 snapshot = await self._stream(provider, request, config, inp, publisher, partial)
+            except ApplicationError as e:
+                if partial.parts and _is_final(e):
+                    # The turn fails with this error: what the last attempt streamed is kept
+                    # for fail_turn (and so on_chat_error/on_chat_response), marked "error".
+                    failed = _record(inp.step, turn.run, model, partial)
+                    failed.finish_reason, failed.raw_finish_reason = "error", "error"
+                    await self.deps.store.save_step(turn.turn_id, failed)
+                raise
             except asyncio.CancelledError:
                 if not cancelled_by_user():
                     # A worker shutdown, a heartbeat timeout, a lost server: nothing is kept,
@@ -181,6 +189,15 @@ class ModelStepActivities:
             return False
         ctx = ChatErrorContext(stage="stream", request_id=ref.request_id, messages_persisted=True)
         return await self.deps.lifecycle.classify(error, ctx) == "context_overflow"
+
+
+def _is_final(error: ApplicationError) -> bool:
+    """Whether this attempt's failure ends the step: not retryable, or its last attempt."""
+    if error.non_retryable:
+        return True
+    policy = activity.info().retry_policy
+    most = policy.maximum_attempts if policy is not None else 0
+    return most > 0 and activity.info().attempt >= most
 
 
 def _raise_if_shutting_down() -> None:
