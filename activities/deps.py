@@ -94,6 +94,8 @@ class ActivityDeps:
     extensions: Sequence[Any] | None = None
     lifecycle: Lifecycle = field(init=False)
     _session_lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+    _build_lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+    _built: set[str] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
         self.lifecycle = Lifecycle(self.hooks, self.extensions)
@@ -156,6 +158,18 @@ class ActivityDeps:
             return self.models.resolve(model)
         except ProviderError as e:
             raise ApplicationError(str(e), type=INVALID_MODEL, non_retryable=True) from e
+
+    async def resolve_async(self, model: str) -> tuple[ModelProvider, str]:
+        """``resolve``, with a provider's first use (its SDK import and client, 1.5–2 s for
+        anthropic or openai) built in a thread: the event loop, and so every heartbeat and
+        stream of the worker, goes on meanwhile."""
+        prefix = model.partition(":")[0]
+        if prefix in self._built:
+            return self.resolve(model)
+        async with self._build_lock:
+            result = await asyncio.to_thread(self.resolve, model)
+            self._built.add(prefix)
+            return result
 
     def stall_ms(self, config: TurnConfig) -> int:
         """``chat_stream_stall_timeout_ms``, else ``timeout.chunk_ms``, else the worker's."""

@@ -14,7 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import context as ctx_build
-from durable_turns.activities.deps import ActivityDeps, cancelled_by_user
+from durable_turns.activities.deps import ActivityDeps, cancelled_by_user, keep_alive
 from durable_turns.activities.errors import (
     INVALID_REQUEST,
     STREAM_STALLED,
@@ -58,34 +58,38 @@ class ModelStepActivities:
     @activity.defn(name=MODEL_STEP)
     async def model_step(self, inp: ModelStepInput) -> StepSummary:
         """One model call: on_step_finish(prev) → before_step → stream → persist."""
-        turn = await self.deps.turn(inp.turn)
-        steps = await self.deps.store.steps(turn.turn_id, turn.run)
-        stored = next((s for s in steps if s.step == inp.step), None)
-        if stored is not None:  # a retried attempt: the model is not asked again
-            return _summary(stored)
-        prior = [s for s in steps if s.step < inp.step]
-        results = await self.deps.store.tool_results(turn.turn_id)
-        config = ctx_build.turn_config(turn)
-        if prior:
-            await self.deps.lifecycle.on_step_finish(ctx_build.step_result(prior[-1], results))
-        messages = await ctx_build.step_messages(self.deps.store, turn, prior, results)
-        inherited = prior[-1].experimental_context if prior else None
-        step_config = await self.deps.lifecycle.before_step(
-            PrepareStepContext(
-                steps=[ctx_build.step_result(s, results) for s in prior],
-                step_number=inp.step,
-                model=inp.model,
-                messages=messages,
-                experimental_context=inherited,
-                request_id=turn.request_id,
-                conversation_id=turn.conversation_id,
-                turn_number=turn.turn_number,
-                body=turn.body,
-            )
-        )  # a StepConfig() when before_step is not overridden
-        model = step_config.model or inp.model
-        provider, model_name = self.deps.resolve(model)
-        request = await self._request(model_name, config, step_config, messages)
+        # Heartbeats from the first line: a slow before_step or on_step_finish, or a first
+        # use of a provider (its SDK import), is a live worker, not a dead one; and a
+        # cancelChat reaches the step before its stream starts too.
+        async with keep_alive(self.deps.stream_beat_every):
+            turn = await self.deps.turn(inp.turn)
+            steps = await self.deps.store.steps(turn.turn_id, turn.run)
+            stored = next((s for s in steps if s.step == inp.step), None)
+            if stored is not None:  # a retried attempt: the model is not asked again
+                return _summary(stored)
+            prior = [s for s in steps if s.step < inp.step]
+            results = await self.deps.store.tool_results(turn.turn_id)
+            config = ctx_build.turn_config(turn)
+            if prior:
+                await self.deps.lifecycle.on_step_finish(ctx_build.step_result(prior[-1], results))
+            messages = await ctx_build.step_messages(self.deps.store, turn, prior, results)
+            inherited = prior[-1].experimental_context if prior else None
+            step_config = await self.deps.lifecycle.before_step(
+                PrepareStepContext(
+                    steps=[ctx_build.step_result(s, results) for s in prior],
+                    step_number=inp.step,
+                    model=inp.model,
+                    messages=messages,
+                    experimental_context=inherited,
+                    request_id=turn.request_id,
+                    conversation_id=turn.conversation_id,
+                    turn_number=turn.turn_number,
+                    body=turn.body,
+                )
+            )  # a StepConfig() when before_step is not overridden
+            model = step_config.model or inp.model
+            provider, model_name = await self.deps.resolve_async(model)
+            request = await self._request(model_name, config, step_config, messages)
         async with self.deps.publisher(turn.turn_id, inp.step) as publisher:
             if publisher is not None:
                 if activity.info().attempt > 1:  # readers drop what earlier attempts streamed
