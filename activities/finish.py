@@ -25,7 +25,7 @@ from durable_turns.contract import (
     turn_workflow_id,
 )
 from durable_turns.hooks.types import ChatErrorContext, ChatResponseResult
-from durable_turns.messages import Message, Usage
+from durable_turns.messages import Message, ToolCallPart, Usage
 from durable_turns.store import StepRecord, ToolResultRecord, TurnRecord
 
 
@@ -64,8 +64,8 @@ class FinishActivities:
             request_id=inp.turn.request_id,
             continuation=inp.continuation,
         )
-        steps = await self.deps.store.steps(turn.turn_id, turn.run)
         results = await self.deps.store.tool_results(turn.turn_id)
+        steps = _what_happened(await self.deps.store.steps(turn.turn_id, turn.run), inp, results)
         return await self._failed(
             turn, steps, results, inp.error, messages_persisted=stored is not None
         )
@@ -168,6 +168,32 @@ class FinishActivities:
         )
         async with keep_alive(self.deps.beat_every):
             await self.deps.lifecycle.on_chat_response(response)
+
+
+def _what_happened(
+    steps: list[StepRecord], inp: FailTurnInput, results: dict[str, ToolResultRecord]
+) -> list[StepRecord]:
+    """What the transcript may say of a failed turn: the steps the workflow saw complete, the
+    failing step's partial reply (stored by its last attempt, marked "error"), and of their
+    tool calls only those that have a result. A step stored by an attempt the history never
+    saw complete, or a tool call that never ran, did not happen."""
+    kept = [
+        s
+        for s in steps
+        if s.step < inp.steps or (s.step == inp.steps and s.raw_finish_reason == "error")
+    ]
+    return [
+        s.model_copy(
+            update={
+                "parts": [
+                    p
+                    for p in s.parts
+                    if not (isinstance(p, ToolCallPart) and p.tool_call_id not in results)
+                ]
+            }
+        )
+        for s in kept
+    ]
 
 
 class _TurnError(Exception):

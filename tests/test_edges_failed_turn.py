@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from durable_turns.messages import ToolCallPart
 from tests.llm_server import LLMServer, Reply
 from tests.support.harness import Harness
 from tests.support.probes import wait_until
@@ -36,4 +37,33 @@ async def test_a_stream_failing_on_every_attempt_keeps_its_partial_reply(
     assert hooks.index("on_chat_error") < hooks.index("on_chat_response")
     [response] = [c for c in harness.hook_calls() if c["hook"] == "on_chat_response"]
     assert response["status"] == "error" and response["message_text"] == "Hello"
-    await asyncio.sleep(0)
+
+
+
+async def test_a_failed_turn_shows_no_tool_call_that_never_ran(harness: Harness) -> None:
+    """The tool's worker dies on each of its 3 attempts: the turn fails. The stored reply
+    keeps the step's text, not a call the history says never completed (nor, so, does the
+    next turn's context: a provider rejects a tool call without its result)."""
+    model = harness.script(
+        [
+            {"text": "Looking.", "tool_calls": [{"name": "slow", "input": {"seconds": 60}}]},
+            {"text": "never"},
+        ]
+    )
+    conversation = harness.conv("fail-phantom")
+    worker = harness.start_worker()  # heartbeat timeout 2 s: this is not about timeouts
+    request = await harness.turns.submit(conversation, "go", model=model)
+    for attempt in (1, 2, 3):
+        await wait_until(
+            lambda: len([r for r in harness.tool_runs() if r["phase"] == "start"]) >= attempt, 60
+        )
+        worker.kill()
+        worker = harness.start_worker()
+    result = await asyncio.wait_for(harness.turns.wait(conversation, request), 60)
+    assert result.status == "error" and result.error is not None and result.error.stage == "tool"
+    [_, reply] = await (await harness.store()).messages(conversation)
+    assert reply.text == "Looking." and reply.metadata["status"] == "error"
+    assert not [p for p in reply.parts if isinstance(p, ToolCallPart)], reply.parts
+    assert result.steps == 1
+    after = await harness.send(conversation, "again", model="demo:echo")
+    assert after.status == "completed"
