@@ -16,6 +16,7 @@ from durable_turns.contract import (
     CHAT_RESPONSE,
     FAIL_TURN,
     FINISH_TURN,
+    MAX_RESULT_TEXT_BYTES,
     ChatResponseInput,
     ErrorInfo,
     FailTurnInput,
@@ -126,7 +127,7 @@ class FinishActivities:
         turn.status = status
         turn.error = error.model_dump() if error else None
         await self.deps.store.save_turn(turn)
-        text = ctx_build.message_text(message)
+        text, truncated = _preview(ctx_build.message_text(message))
         async with self.deps.publisher(turn.turn_id, None) as publisher:
             if publisher is not None:
                 await publisher.turn_finish(
@@ -139,6 +140,7 @@ class FinishActivities:
             workflow_id=turn_workflow_id(turn.conversation_id, turn.turn_number),
             status=status,  # type: ignore[arg-type]
             text=text,
+            text_truncated=truncated,
             message_id=message.id if message.parts else None,
             steps=len(steps),
             continuation=turn.continuation,
@@ -168,6 +170,14 @@ class FinishActivities:
         )
         async with keep_alive(self.deps.beat_every):
             await self.deps.lifecycle.on_chat_response(response)
+
+
+def _preview(text: str) -> tuple[str, bool]:
+    """A reply's text as TurnResult carries it: whole, or its first MAX_RESULT_TEXT_BYTES."""
+    data = text.encode()
+    if len(data) <= MAX_RESULT_TEXT_BYTES:
+        return text, False
+    return data[:MAX_RESULT_TEXT_BYTES].decode(errors="ignore"), True
 
 
 def _what_happened(

@@ -47,6 +47,8 @@ DEFAULT_MODEL = "demo:weather"
 """The model when none is configured anywhere: an offline scripted stand-in, not an LLM."""
 
 MAX_REQUEST_BYTES = 256 * 1024
+MAX_RESULT_TEXT_BYTES = 64 * 1024
+"""TurnResult.text carries at most this much of a reply (UTF-8); the rest is in the store."""
 """A client request larger than this is rejected: it would bloat history toward 2 MB."""
 
 # Error types that cross the activity boundary (``ApplicationError.type``); the workflow's
@@ -183,6 +185,9 @@ class TurnResult(_Wire):
     workflow_id: str
     status: TurnStatus
     text: str = ""
+    text_truncated: bool = False
+    """``text`` is the first MAX_RESULT_TEXT_BYTES of a longer reply: the whole reply is the
+    stored message ``message_id`` (large text travels by reference, never through history)."""
     message_id: str | None = None
     steps: int = 0
     usage: Usage = Field(default_factory=Usage)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from durable_turns.contract import MAX_RESULT_TEXT_BYTES
 from durable_turns.messages import ToolCallPart
 from tests.llm_server import LLMServer, Reply
 from tests.support.harness import Harness
@@ -67,3 +68,18 @@ async def test_a_failed_turn_shows_no_tool_call_that_never_ran(harness: Harness)
     assert result.steps == 1
     after = await harness.send(conversation, "again", model="demo:echo")
     assert after.status == "completed"
+
+
+async def test_a_reply_over_two_megabytes_travels_by_reference(harness: Harness) -> None:
+    """TurnResult carries a bounded preview; the whole reply is the stored message."""
+    harness.start_worker(TURNS_HEARTBEAT_TIMEOUT_S="30")
+    word = "x" * 99
+    text = " ".join([word] * 25_000)  # 2.5 MB: over Temporal's 2 MiB payload limit
+    model = harness.script([{"text": text}])
+    conversation = harness.conv("big-reply")
+    result = await asyncio.wait_for(harness.send(conversation, "long", model=model), 90)
+    assert result.status == "completed"
+    assert result.text_truncated and len(result.text.encode()) <= MAX_RESULT_TEXT_BYTES
+    assert text.startswith(result.text)
+    [_, reply] = await (await harness.store()).messages(conversation)
+    assert reply.id == result.message_id and reply.text == text
