@@ -42,6 +42,14 @@ KEY = "sk-ant-api03-BENCHKEY0123456789abcdef"
 MODEL = "anthropic:claude-bench"
 
 
+async def wait_until(ready: Any, within: float = 30) -> None:
+    deadline = time.monotonic() + within
+    while not ready():
+        if time.monotonic() > deadline:
+            raise TimeoutError("condition not reached")
+        await asyncio.sleep(0.01)
+
+
 def heartbeat_rpcs(port: int) -> float:
     """The worker's count of heartbeat RPCs so far (Temporal runtime metrics)."""
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
@@ -91,8 +99,7 @@ async def measure(
             server.push(Reply("anthropic/text_basic.sse", stall_after_events=5, stall_s=120))
             conversation = f"cancel-{check_ms}-{i}-{time.time_ns()}"
             request = await turns.submit(conversation, "Hello?", model=MODEL)
-            while not server.requests:
-                await asyncio.sleep(0.01)
+            await wait_until(lambda: bool(server.requests))
             await asyncio.sleep(random.uniform(0.5, 2.5))
             signalled = time.monotonic()
             await turns.cancel(conversation)

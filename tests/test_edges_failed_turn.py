@@ -40,7 +40,6 @@ async def test_a_stream_failing_on_every_attempt_keeps_its_partial_reply(
     assert response["status"] == "error" and response["message_text"] == "Hello"
 
 
-
 async def test_a_failed_turn_shows_no_tool_call_that_never_ran(harness: Harness) -> None:
     """The tool's worker dies on each of its 3 attempts: the turn fails. The stored reply
     keeps the step's text, not a call the history says never completed (nor, so, does the
@@ -56,7 +55,8 @@ async def test_a_failed_turn_shows_no_tool_call_that_never_ran(harness: Harness)
     request = await harness.turns.submit(conversation, "go", model=model)
     for attempt in (1, 2, 3):
         await wait_until(
-            lambda: len([r for r in harness.tool_runs() if r["phase"] == "start"]) >= attempt, 60
+            lambda n=attempt: len([r for r in harness.tool_runs() if r["phase"] == "start"]) >= n,
+            60,
         )
         worker.kill()
         worker = harness.start_worker()
