@@ -48,7 +48,7 @@ class BeginActivities:
                 await self._turn_context(turn, model, context)
             )
         model = config.model or model
-        self._check(config, model)
+        await self._check(config, model)
         turn.config = config.model_copy(update={"model": model}).model_dump(
             mode="json", exclude_none=True
         )
@@ -94,12 +94,13 @@ class BeginActivities:
             is_cancelled=activity.is_cancelled,
         )
 
-    def _check(self, config: TurnConfig, model: str) -> None:
+    async def _check(self, config: TurnConfig, model: str) -> None:
         """Fail the turn now, clearly, on a decision no step could carry out."""
         problem = model_id_problem(model)
         if problem:
             raise ApplicationError(problem, type=INVALID_MODEL, non_retryable=True)
-        self.deps.resolve(model)
+        async with keep_alive(self.deps.beat_every):
+            await self.deps.resolve_async(model)
         try:
             resolve_transforms(config.experimental_transform or [])
         except UnknownTransform as e:

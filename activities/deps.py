@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
@@ -27,6 +28,38 @@ from durable_turns.models import ModelProvider, ModelRegistry, ProviderError
 from durable_turns.store import TranscriptStore, TurnRecord
 from durable_turns.streams import ChunkPublisher, ChunkStreamBackend
 from durable_turns.tools import ToolRegistry
+
+
+def worker_options(settings: Settings) -> dict[str, Any]:
+    """The Worker options activities rely on.
+
+    On SIGTERM, running activities get ``shutdown_grace_s`` to finish before they are handed
+    over (cancelled, then re-run in full elsewhere). A cancel reaches an activity only in the
+    answer to a heartbeat, and the SDK sends at most one heartbeat per 0.8 × the heartbeat
+    timeout (24 s at the default 30 s): ``cancel_check_ms`` caps that interval, so a model
+    step, which heartbeats twice as often while it streams, stops within about that long.
+    Activities that heartbeat rarely (hooks, tools: every timeout/4) send no more than before.
+    """
+    options: dict[str, Any] = {
+        "graceful_shutdown_timeout": timedelta(seconds=settings.shutdown_grace_s)
+    }
+    if settings.cancel_check_ms > 0:
+        options["max_heartbeat_throttle_interval"] = timedelta(
+            milliseconds=settings.cancel_check_ms
+        )
+    return options
+
+
+def cancelled_by_user() -> bool:
+    """Whether the running activity's cancellation was asked for by its workflow (cancelChat),
+    rather than caused by a worker shutdown, a heartbeat timeout or a lost server."""
+    details = activity.cancellation_details()
+    return bool(
+        details is not None
+        and details.cancel_requested
+        and not (details.worker_shutdown or details.timed_out or details.not_found)
+        and not (details.paused or details.reset)
+    )
 
 
 @contextlib.asynccontextmanager
@@ -61,6 +94,8 @@ class ActivityDeps:
     extensions: Sequence[Any] | None = None
     lifecycle: Lifecycle = field(init=False)
     _session_lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+    _build_lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+    _built: set[str] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
         self.lifecycle = Lifecycle(self.hooks, self.extensions)
@@ -71,6 +106,14 @@ class ActivityDeps:
     def beat_every(self) -> float:
         """How often a hook or tool that runs long heartbeats."""
         return max(self.settings.heartbeat_timeout_s / 4, 0.05)
+
+    @property
+    def stream_beat_every(self) -> float:
+        """How often a streaming model step heartbeats: twice per ``cancel_check_ms``, so the
+        SDK always has one to send when its throttle lets the next through."""
+        if self.settings.cancel_check_ms <= 0:
+            return self.beat_every
+        return min(self.beat_every, max(self.settings.cancel_check_ms / 2000, 0.05))
 
     async def session(self) -> Session:
         if not isinstance(self.session_source, Session):
@@ -115,6 +158,18 @@ class ActivityDeps:
             return self.models.resolve(model)
         except ProviderError as e:
             raise ApplicationError(str(e), type=INVALID_MODEL, non_retryable=True) from e
+
+    async def resolve_async(self, model: str) -> tuple[ModelProvider, str]:
+        """``resolve``, with a provider's first use (its SDK import and client, 1.5–2 s for
+        anthropic or openai) built in a thread: the event loop, and so every heartbeat and
+        stream of the worker, goes on meanwhile."""
+        prefix = model.partition(":")[0]
+        if prefix in self._built:
+            return self.resolve(model)
+        async with self._build_lock:
+            result = await asyncio.to_thread(self.resolve, model)
+            self._built.add(prefix)
+            return result
 
     def stall_ms(self, config: TurnConfig) -> int:
         """``chat_stream_stall_timeout_ms``, else ``timeout.chunk_ms``, else the worker's."""

@@ -17,6 +17,7 @@ from durable_turns.contract import (  # noqa: F401 - re-exported for the activit
     PROVIDER_ERROR,
     PROVIDER_TRANSIENT,
     STREAM_STALLED,
+    WORKER_SHUTDOWN,
 )
 from durable_turns.models.base import ProviderError
 

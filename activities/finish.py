@@ -17,6 +17,7 @@ from durable_turns.contract import (
     CHAT_RESPONSE,
     FAIL_TURN,
     FINISH_TURN,
+    MAX_RESULT_TEXT_BYTES,
     ChatResponseInput,
     ErrorInfo,
     FailTurnInput,
@@ -26,7 +27,7 @@ from durable_turns.contract import (
     turn_workflow_id,
 )
 from durable_turns.hooks.types import ChatErrorContext, ChatResponseResult
-from durable_turns.messages import Message
+from durable_turns.messages import Message, ToolCallPart
 from durable_turns.store import StepRecord, ToolResultRecord, TurnRecord
 
 
@@ -65,8 +66,8 @@ class FinishActivities:
             request_id=inp.turn.request_id,
             continuation=inp.continuation,
         )
-        steps = await self.deps.store.steps(turn.turn_id, turn.run)
         results = await self.deps.store.tool_results(turn.turn_id)
+        steps = _what_happened(await self.deps.store.steps(turn.turn_id, turn.run), inp, results)
         return await self._failed(
             turn, steps, results, inp.error, messages_persisted=stored is not None
         )
@@ -129,7 +130,7 @@ class FinishActivities:
         turn.status = status
         turn.error = error.model_dump() if error else None
         await self.deps.store.save_turn(turn)
-        text = ctx_build.message_text(message)
+        text, truncated = _preview(ctx_build.message_text(message))
         async with self.deps.publisher(turn.turn_id, None) as publisher:
             if publisher is not None:
                 await publisher.turn_finish(
@@ -142,6 +143,7 @@ class FinishActivities:
             workflow_id=turn_workflow_id(turn.conversation_id, turn.turn_number),
             status=status,  # type: ignore[arg-type]
             text=text,
+            text_truncated=truncated,
             message_id=message.id if message.parts else None,
             steps=len(steps),
             continuation=turn.continuation,
@@ -171,6 +173,40 @@ class FinishActivities:
         )
         async with keep_alive(self.deps.beat_every):
             await self.deps.lifecycle.on_chat_response(response)
+
+
+def _preview(text: str) -> tuple[str, bool]:
+    """A reply's text as TurnResult carries it: whole, or its first MAX_RESULT_TEXT_BYTES."""
+    data = text.encode()
+    if len(data) <= MAX_RESULT_TEXT_BYTES:
+        return text, False
+    return data[:MAX_RESULT_TEXT_BYTES].decode(errors="ignore"), True
+
+
+def _what_happened(
+    steps: list[StepRecord], inp: FailTurnInput, results: dict[str, ToolResultRecord]
+) -> list[StepRecord]:
+    """What the transcript may say of a failed turn: the steps the workflow saw complete, the
+    failing step's partial reply (stored by its last attempt, marked "error"), and of their
+    tool calls only those that have a result. A step stored by an attempt the history never
+    saw complete, or a tool call that never ran, did not happen."""
+    kept = [
+        s
+        for s in steps
+        if s.step < inp.steps or (s.step == inp.steps and s.raw_finish_reason == "error")
+    ]
+    return [
+        s.model_copy(
+            update={
+                "parts": [
+                    p
+                    for p in s.parts
+                    if not (isinstance(p, ToolCallPart) and p.tool_call_id not in results)
+                ]
+            }
+        )
+        for s in kept
+    ]
 
 
 class _TurnError(Exception):

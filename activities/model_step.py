@@ -15,8 +15,13 @@ from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import context as ctx_build
 from durable_turns.activities.context import request_metadata
-from durable_turns.activities.deps import ActivityDeps
-from durable_turns.activities.errors import INVALID_REQUEST, STREAM_STALLED, provider_failure
+from durable_turns.activities.deps import ActivityDeps, cancelled_by_user, keep_alive
+from durable_turns.activities.errors import (
+    INVALID_REQUEST,
+    STREAM_STALLED,
+    WORKER_SHUTDOWN,
+    provider_failure,
+)
 from durable_turns.activities.streaming import StepSnapshot, StreamStalled, consume
 from durable_turns.contract import MODEL_STEP, ModelStepInput, StepSummary, ToolCallRef, TurnRef
 from durable_turns.hooks.types import (
@@ -60,38 +65,42 @@ class ModelStepActivities:
     @activity.defn(name=MODEL_STEP)
     async def model_step(self, inp: ModelStepInput) -> StepSummary:
         """One model call: on_step_finish(prev) → before_step → stream → persist."""
-        turn = await self.deps.turn(inp.turn)
-        steps = await self.deps.store.steps(turn.turn_id, turn.run)
-        stored = next((s for s in steps if s.step == inp.step), None)
-        if stored is not None:  # a retried attempt: the model is not asked again
-            return _summary(stored)
-        prior = [s for s in steps if s.step < inp.step]
-        results = await self.deps.store.tool_results(turn.turn_id)
-        config = ctx_build.turn_config(turn)
-        if prior:
-            await self.deps.lifecycle.on_step_finish(
-                ctx_build.step_result(prior[-1], results, turn)
+        # Heartbeats from the first line: a slow before_step or on_step_finish, or a first
+        # use of a provider (its SDK import), is a live worker, not a dead one; and a
+        # cancelChat reaches the step before its stream starts too.
+        async with keep_alive(self.deps.stream_beat_every):
+            turn = await self.deps.turn(inp.turn)
+            steps = await self.deps.store.steps(turn.turn_id, turn.run)
+            stored = next((s for s in steps if s.step == inp.step), None)
+            if stored is not None:  # a retried attempt: the model is not asked again
+                return _summary(stored)
+            prior = [s for s in steps if s.step < inp.step]
+            results = await self.deps.store.tool_results(turn.turn_id)
+            config = ctx_build.turn_config(turn)
+            if prior:
+                await self.deps.lifecycle.on_step_finish(
+                    ctx_build.step_result(prior[-1], results, turn)
+                )
+            messages = await ctx_build.step_messages(self.deps.store, turn, prior, results)
+            inherited = prior[-1].experimental_context if prior else None
+            step_config = await self.deps.lifecycle.before_step(
+                PrepareStepContext(
+                    steps=[ctx_build.step_result(s, results, turn) for s in prior],
+                    step_number=inp.step,
+                    model=inp.model,
+                    messages=messages,
+                    experimental_context=inherited,
+                    request_id=turn.request_id,
+                    conversation_id=turn.conversation_id,
+                    turn_number=turn.turn_number,
+                    body=turn.body,
+                )
+            )  # a StepConfig() when before_step is not overridden
+            model = step_config.model or inp.model
+            provider, model_name = await self.deps.resolve_async(model)
+            request = await self._request(
+                model_name, config, step_config, messages, turn.conversation_id
             )
-        messages = await ctx_build.step_messages(self.deps.store, turn, prior, results)
-        inherited = prior[-1].experimental_context if prior else None
-        step_config = await self.deps.lifecycle.before_step(
-            PrepareStepContext(
-                steps=[ctx_build.step_result(s, results, turn) for s in prior],
-                step_number=inp.step,
-                model=inp.model,
-                messages=messages,
-                experimental_context=inherited,
-                request_id=turn.request_id,
-                conversation_id=turn.conversation_id,
-                turn_number=turn.turn_number,
-                body=turn.body,
-            )
-        )  # a StepConfig() when before_step is not overridden
-        model = step_config.model or inp.model
-        provider, model_name = self.deps.resolve(model)
-        request = await self._request(
-            model_name, config, step_config, messages, turn.conversation_id
-        )
         async with self.deps.publisher(turn.turn_id, inp.step) as publisher:
             if publisher is not None:
                 if activity.info().attempt > 1:  # readers drop what earlier attempts streamed
@@ -100,8 +109,21 @@ class ModelStepActivities:
             partial = StepSnapshot()
             try:
                 snapshot = await self._stream(provider, request, config, inp, publisher, partial)
-            except asyncio.CancelledError:  # cancelChat: keep what was streamed so far
-                if partial.parts:
+            except ApplicationError as e:
+                if partial.parts and _is_final(e):
+                    # The turn fails with this error: what the last attempt streamed is kept
+                    # for fail_turn (and so on_chat_error/on_chat_response), marked "error".
+                    failed = _record(inp.step, turn.run, model, partial)
+                    failed.finish_reason, failed.raw_finish_reason = "error", "error"
+                    await self.deps.store.save_step(turn.turn_id, failed)
+                raise
+            except asyncio.CancelledError:
+                if not cancelled_by_user():
+                    # A worker shutdown, a heartbeat timeout, a lost server: nothing is kept,
+                    # the step is re-run in full (a stored partial would become the reply).
+                    _raise_if_shutting_down()
+                    raise
+                if partial.parts:  # cancelChat: keep what was streamed so far
                     aborted = _record(inp.step, turn.run, model, partial)
                     aborted.raw_finish_reason = "aborted"
                     await self.deps.store.save_step(turn.turn_id, aborted)
@@ -174,7 +196,7 @@ class ModelStepActivities:
                 stream,
                 stall_timeout_ms=self.deps.stall_ms(config),
                 heartbeat=activity.heartbeat,
-                heartbeat_every_s=self.deps.beat_every,
+                heartbeat_every_s=self.deps.stream_beat_every,
                 on_chunk=on_chunk,
                 sink=sink,
                 snapshot=snapshot,
@@ -198,6 +220,25 @@ class ModelStepActivities:
             turn_number=ref.turn_number,
         )
         return await self.deps.lifecycle.classify(error, ctx) == "context_overflow"
+
+
+def _is_final(error: ApplicationError) -> bool:
+    """Whether this attempt's failure ends the step: not retryable, or its last attempt."""
+    if error.non_retryable:
+        return True
+    policy = activity.info().retry_policy
+    most = policy.maximum_attempts if policy is not None else 0
+    return most > 0 and activity.info().attempt >= most
+
+
+def _raise_if_shutting_down() -> None:
+    """A step cut short by its worker's shutdown fails as retryable, to run again elsewhere."""
+    details = activity.cancellation_details()
+    if details is not None and details.worker_shutdown:
+        raise ApplicationError(
+            "the worker shut down during this step; it is re-run in full on another worker",
+            type=WORKER_SHUTDOWN,
+        ) from None
 
 
 def _client_sink(publisher: ChunkPublisher, sends_reasoning: bool) -> Callable[[StreamPart], None]:

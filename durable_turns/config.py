@@ -107,6 +107,12 @@ class Settings:
     """TURNS_CLIENT_TOOL_TIMEOUT_S: how long a turn waits for client tool results/approvals."""
     model_retries: int = 2
     """TURNS_MODEL_RETRIES: retries of a failed model step (TurnConfig.max_retries wins)."""
+    shutdown_grace_s: float = 10.0
+    """TURNS_SHUTDOWN_GRACE_S: on SIGTERM, how long running activities may finish first."""
+    cancel_check_ms: int = 500
+    """TURNS_CANCEL_CHECK_MS: how often a model step's heartbeat reaches the server, which is
+    how soon it learns of a cancelChat (one heartbeat RPC each; 0: the SDK's throttling)."""
+    """TURNS_SHUTDOWN_GRACE_S: on SIGTERM, how long running activities may finish first."""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -133,6 +139,8 @@ class Settings:
             step_timeout_s=float(_env("TURNS_STEP_TIMEOUT_S", "600") or 600),
             model_retries=int(_env("TURNS_MODEL_RETRIES", "2") or 2),
             client_tool_timeout_s=float(_env("TURNS_CLIENT_TOOL_TIMEOUT_S", "3600") or 3600),
+            shutdown_grace_s=float(_env("TURNS_SHUTDOWN_GRACE_S", "10") or 0),
+            cancel_check_ms=int(_env("TURNS_CANCEL_CHECK_MS", "500") or 0),
         )
 
     def __post_init__(self) -> None:

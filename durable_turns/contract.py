@@ -93,6 +93,10 @@ TURN_ID_PATTERN = re.compile(r"/turn-[0-9]")
 """What no client-chosen conversation or request id may contain: every turn's workflow id
 does (``<conversation id>/turn-<n>``), so no id a client can start ever collides with one."""
 
+MAX_RESULT_TEXT_BYTES = 64 * 1024
+"""TurnResult.text carries at most this much of a reply (UTF-8); the whole reply is the stored
+message ``TurnResult.message_id`` (``text_truncated`` says when it was cut)."""
+
 # Error types that cross the activity boundary (``ApplicationError.type``); the workflow's
 # retry policies name them, so they are persisted compatibility data too.
 PROVIDER_TRANSIENT = "ProviderTransientError"
@@ -118,6 +122,8 @@ TURN_START_FAILED = "TurnStartFailed"
 """The conversation could not start the turn's child workflow (its ids were all taken)."""
 MESSAGE_ID_CONFLICT = "MessageIdConflict"
 """A request reuses one message id for two messages."""
+WORKER_SHUTDOWN = "WorkerShutdown"
+"""A worker stopped mid-step past its shutdown grace: the step is re-run in full."""
 
 CONTINUE_PROMPT = (
     "Continue your previous response from exactly where it left off. Do not repeat any of it."
@@ -334,6 +340,9 @@ class TurnResult(_Wire):
     workflow_id: str
     status: TurnStatus
     text: str = ""
+    text_truncated: bool = False
+    """``text`` is the first MAX_RESULT_TEXT_BYTES of a longer reply: the whole reply is the
+    stored message ``message_id`` (large text travels by reference, never through history)."""
     message_id: str | None = None
     steps: int = 0
     usage: Usage = Field(default_factory=Usage)

@@ -36,6 +36,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_turns.activities import ActivityDeps, all_activities
+from durable_turns.activities.deps import worker_options
 from durable_turns.activities.lifecycle import call_hook
 from durable_turns.codec import data_converter_from_env
 from durable_turns.config import Settings, mask_url
@@ -337,6 +338,7 @@ async def running_worker(
         # A killed worker's cached workflows wait this long on its sticky queue before
         # another worker takes them (default 10 s); crash recovery should not.
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
+        **worker_options(settings),  # graceful shutdown, heartbeat throttling (activities/deps.py)
     )
     identity = worker_identity(settings)
 

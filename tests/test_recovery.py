@@ -87,7 +87,11 @@ async def test_stall_mid_stream_then_budget_spent_ends_the_turn_clearly(harness:
     assert "Chat stream stalled: no activity for 400ms (after 2 chunks)" in result.error.message
     assert await activity_attempts(harness, result.workflow_id, "model_step") == [2]
     messages = await (await harness.store()).messages(conversation)
-    assert [m.text for m in messages] == ["hello?"], "the user's message is never lost"
+    assert messages[0].text == "hello?", "the user's message is never lost"
+    # the last attempt's partial reply is kept, marked error (tests/test_edges_failed_turn.py)
+    assert [(m.text.split(), m.metadata.get("status")) for m in messages[1:]] == [
+        (["one", "two"], "error")
+    ]
 
 
 async def test_slow_but_steady_stream_never_trips(harness: Harness) -> None:

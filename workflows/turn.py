@@ -71,6 +71,8 @@ class TurnWorkflow:
         self._resolutions: dict[str, ToolResolution] = {}
         self._rejected: list[str] = []
         self._awaited_client = False
+        self._completed = 0
+        """Model steps of the current run that the history says completed."""
 
     @workflow.query(name=QUERY_STATE)
     def state(self) -> dict[str, object]:
@@ -172,12 +174,14 @@ class TurnWorkflow:
             if isinstance(err.cause, CancelledError):  # the turn was cancelled mid-activity
                 self._status = "aborted"
                 return await self._finish(ref, plan, steps, "aborted", inp.continuation)
-            return await self._fail(ref, steps, inp.continuation, _error_info(err))
+            # fail_turn keeps only what the history says completed (plus the failing step's
+            # partial reply): never a step or a tool call that did not
+            return await self._fail(ref, self._completed, inp.continuation, _error_info(err))
         except ApplicationError as err:
             info = ErrorInfo(type=err.type or "Error", message=err.message, stage="stream")
             if err.type == "ContextOverflow":
                 info.classification = "context_overflow"
-            return await self._fail(ref, steps, inp.continuation, info)
+            return await self._fail(ref, self._completed, inp.continuation, info)
 
     async def _begin(self, inp: TurnInput, ref: TurnRef, run: int) -> TurnPlan:
         self._status = "beginning"
@@ -211,7 +215,7 @@ class TurnWorkflow:
 
     async def _steps(self, ref: TurnRef, plan: TurnPlan) -> tuple[int, str | None]:
         """The step loop: (steps taken, the overflow error if a step overflowed)."""
-        steps = compactions = 0
+        steps = compactions = self._completed = 0
         last: StepSummary | None = None
         for step in range(plan.max_steps):
             if (
@@ -226,7 +230,7 @@ class TurnWorkflow:
             self._status = f"model step {step}"
             workflow.set_current_details(f"**step {step}** · `{plan.model}` · running")
             last = await self._model_step(ref, plan, step, last)
-            steps = step + 1
+            steps = self._completed = step + 1
             self._usage += last.usage
             if last.outcome == "context_overflow":
                 return steps, last.error or "context overflow"

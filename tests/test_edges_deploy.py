@@ -1,0 +1,59 @@
+"""A deploy (SIGTERM) or a lost worker never leaves a truncated reply behind.
+
+Only a user's cancelChat may end a model step with a partial reply; every other
+interruption (worker shutdown, heartbeat timeout, a lost server) re-runs the step in full.
+These run at the engine's default heartbeat timeout (30 s), as production does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from tests.support.harness import Harness
+from tests.support.history import activity_attempts
+from tests.support.probes import turn_status, wait_until
+
+DEFAULTS = {"TURNS_HEARTBEAT_TIMEOUT_S": "30"}
+
+
+async def _streaming(harness: Harness, conversation: str) -> bool:
+    return await turn_status(harness, conversation) == "model step 0"
+
+
+async def test_sigterm_mid_stream_keeps_the_whole_reply(harness: Harness) -> None:
+    """The deploy's SIGTERM lets the running step finish (graceful shutdown)."""
+    first = harness.start_worker(**DEFAULTS)
+    text = " ".join(f"word{i}" for i in range(30))
+    model = harness.script([{"text": text, "delay_ms": 100}])  # ~3 s of streaming
+    conversation = harness.conv("deploy-finish")
+    request = await harness.turns.submit(conversation, "tell me", model=model)
+    await wait_until(lambda: _streaming(harness, conversation))
+    await asyncio.sleep(0.8)  # mid-stream
+    first.proc.send_signal(signal.SIGTERM)  # what every deploy sends
+    harness.start_worker(**DEFAULTS)
+    result = await asyncio.wait_for(harness.turns.wait(conversation, request), 60)
+    assert result.status == "completed"
+    assert result.text == text, "the reply is whole, not what had streamed at SIGTERM"
+    messages = await (await harness.store()).messages(conversation)
+    assert [(m.role, m.text) for m in messages] == [("user", "tell me"), ("assistant", text)]
+
+
+async def test_sigterm_past_the_grace_hands_the_step_over_whole(harness: Harness) -> None:
+    """A step longer than the shutdown grace is handed over and re-run in full."""
+    first = harness.start_worker(**DEFAULTS, TURNS_SHUTDOWN_GRACE_S="1")
+    text = " ".join(f"word{i}" for i in range(40))
+    model = harness.script([{"text": text, "delay_ms": 150}])  # ~6 s of streaming
+    conversation = harness.conv("deploy-handover")
+    request = await harness.turns.submit(conversation, "tell me", model=model)
+    await wait_until(lambda: _streaming(harness, conversation))
+    await asyncio.sleep(0.8)
+    first.proc.send_signal(signal.SIGTERM)
+    harness.start_worker(**DEFAULTS)
+    result = await asyncio.wait_for(harness.turns.wait(conversation, request), 90)
+    assert result.status == "completed"
+    assert result.text == text, "the step was re-run in full, not ended with its partial"
+    messages = await (await harness.store()).messages(conversation)
+    assert [(m.role, m.text) for m in messages] == [("user", "tell me"), ("assistant", text)]
+    assert await activity_attempts(harness, result.workflow_id, "model_step") == [2]
+    assert first.proc.wait(20) == 0, "the worker left cleanly"
