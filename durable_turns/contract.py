@@ -57,6 +57,9 @@ STREAM_STALLED = "StreamStalled"
 HOOK_ERROR = "HookError"
 INVALID_REQUEST = "InvalidRequest"
 INVALID_MODEL = "InvalidModel"
+TOOL_TIMEOUT = "ToolTimeout"
+TOOL_ERROR = "ToolError"
+"""A tool that timed out or raised, retried as a new attempt (only with ``@tool(retries=…)``)."""
 
 CONTINUE_PROMPT = (
     "Continue your previous response from exactly where it left off. Do not repeat any of it."
