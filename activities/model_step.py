@@ -81,6 +81,7 @@ class ModelStepActivities:
         model = step_config.model or inp.model
         provider, model_name = self.deps.resolve(model)
         request = await self._request(model_name, config, step_config, messages)
+        request.tools = self.deps.tool_specs(config, step_config.active_tools, model=model)
         async with self.deps.publisher(turn.turn_id, inp.step) as publisher:
             if publisher is not None:
                 if activity.info().attempt > 1:  # readers drop what earlier attempts streamed
