@@ -21,6 +21,7 @@ from durable_turns.activities import loopwatch
 from durable_turns.activities.lifecycle import Lifecycle
 from durable_turns.contract import TOOL_ERROR, TOOL_TIMEOUT, ToolResolution, validation_problems
 from durable_turns.hooks.types import ToolCallContext, ToolCallDecision
+from durable_turns.models.providers import redact
 from durable_turns.tools import Tool, ToolContext, ToolRegistry
 
 INTERRUPTED = "The tool call was interrupted before a result was recorded."
@@ -161,6 +162,7 @@ async def execute(
             text = f"{type(e).__name__}: {e}"
             log.error("%s raised %s", where, type(e).__name__, exc_info=e)
             error_type = TOOL_ERROR
+        text = redact(text)  # a tool's error never carries a provider key onward
         if tool.retry_safe and run_ctx.attempt <= min(tool.retries, MAX_TOOL_ATTEMPTS - 1):
             raise ApplicationError(clean_text(text), type=error_type) from None
         return ToolRun(clean_text(text), True)
