@@ -240,6 +240,10 @@ def client_tool(
     return Tool(name=name, description=description, input_model=input_model, fn=None)
 
 
+def _is_demo_tool(t: Tool) -> bool:
+    return getattr(t.fn, "__module__", "") == "durable_turns.demo_tools"
+
+
 class ToolRegistry:
     """The tools a worker can run, by name."""
 
@@ -249,7 +253,9 @@ class ToolRegistry:
             self.add(t)
 
     def add(self, t: Tool) -> None:
-        if t.name in self._tools and self._tools[t.name] is not t:
+        """Register ``t``; a worker's own tool replaces a built-in demo tool of its name."""
+        existing = self._tools.get(t.name)
+        if existing is not None and existing is not t and not _is_demo_tool(existing):
             raise ValueError(f"two tools are named {t.name!r}")
         self._tools[t.name] = t
 
