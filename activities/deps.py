@@ -64,7 +64,13 @@ def cancelled_by_user() -> bool:
 
 @contextlib.asynccontextmanager
 async def keep_alive(every_s: float) -> AsyncIterator[None]:
-    """Heartbeat on a timer while a hook or tool runs: the worker is alive, not stuck."""
+    """Heartbeat on a timer while a hook or tool runs: the worker is alive, not stuck.
+
+    A local activity (begin/finish/fail turn) has no heartbeat of its own: the SDK keeps its
+    workflow task alive instead, so there is nothing to do."""
+    if activity.info().is_local:
+        yield
+        return
 
     async def beat() -> None:
         while True:

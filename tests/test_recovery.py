@@ -48,7 +48,14 @@ async def test_kill_at_a_boundary(harness: Harness, slow: str, activity: str) ->
     assert "Forecast: " in result.text and "in Lima." in result.text
     messages = await (await harness.store()).messages(conversation)
     assert [m.role for m in messages] == ["user", "assistant"]
-    assert max(await activity_attempts(harness, result.workflow_id, activity)) == 2
+    attempts = await activity_attempts(harness, result.workflow_id, activity)
+    if activity in ("begin_turn", "finish_turn"):
+        # Local activities: the killed worker's attempt left no trace in history; the next
+        # workflow task ran the activity again, on the new worker, and recorded it once.
+        assert len(attempts) == 1
+        assert len({m["pid"] for m in marks(harness, slow)}) == 2, "the hook ran again"
+    else:
+        assert max(attempts) == 2
     if slow == "before_step":
         # step 0's output was stored: only step 1 was asked again, never step 0
         steps = [m["step"] for m in marks(harness, "before_step")]

@@ -113,6 +113,10 @@ def _failure(rejected: Rejected) -> ApplicationError:
     return ApplicationError(rejected.message, type=rejected.type, non_retryable=True)
 
 
+LOCAL_OPEN_PATCH = "local-open-conversation"
+"""Conversations recorded before it ran ``open_conversation`` as a regular activity."""
+
+
 @workflow.defn(name=CONVERSATION_WORKFLOW)
 class ConversationWorkflow:
     @workflow.init
@@ -161,15 +165,26 @@ class ConversationWorkflow:
             workflow.set_current_details(
                 "opening the conversation: **waiting for the store** (retrying until it answers)"
             )
-            self._turn_count = await workflow.execute_activity(
-                OPEN_CONVERSATION,
-                conversation_id,
-                result_type=int,
-                start_to_close_timeout=options.SHORT,
-                heartbeat_timeout=options.BEGIN_HEARTBEAT,
-                retry_policy=options.BOOKKEEPING_RETRY,
-                summary="open conversation",
-            )
+            if workflow.patched(LOCAL_OPEN_PATCH):
+                # a local activity: no round trip to the server before the first turn starts
+                self._turn_count = await workflow.execute_local_activity(
+                    OPEN_CONVERSATION,
+                    conversation_id,
+                    result_type=int,
+                    start_to_close_timeout=options.SHORT,
+                    retry_policy=options.BOOKKEEPING_RETRY,
+                    summary="open conversation",
+                )
+            else:
+                self._turn_count = await workflow.execute_activity(
+                    OPEN_CONVERSATION,
+                    conversation_id,
+                    result_type=int,
+                    start_to_close_timeout=options.SHORT,
+                    heartbeat_timeout=options.BEGIN_HEARTBEAT,
+                    retry_policy=options.BOOKKEEPING_RETRY,
+                    summary="open conversation",
+                )
             self._waiting_for = None
             workflow.set_current_details(f"open · {self._turn_count} turn(s) so far")
         while True:

@@ -185,25 +185,39 @@ class TurnWorkflow:
 
     async def _begin(self, inp: TurnInput, ref: TurnRef, run: int) -> TurnPlan:
         self._status = "beginning"
-        plan = await workflow.execute_activity(
-            BEGIN_TURN,
-            BeginTurnInput(
-                turn=ref,
-                new_messages=inp.new_messages,
-                continuation=inp.continuation,
-                body=inp.body,
-                model=inp.model,
-                max_steps=inp.max_steps,
-                attempt=run,
-            ),
-            result_type=TurnPlan,
-            start_to_close_timeout=options.SHORT,
-            heartbeat_timeout=options.BEGIN_HEARTBEAT,
-            retry_policy=options.BOOKKEEPING_RETRY,
-            summary="begin turn"
-            + (" (continuation)" if inp.continuation else "")
-            + (f" · re-run {run} after compaction" if run else ""),
+        begin = BeginTurnInput(
+            turn=ref,
+            new_messages=inp.new_messages,
+            continuation=inp.continuation,
+            body=inp.body,
+            model=inp.model,
+            max_steps=inp.max_steps,
+            attempt=run,
         )
+        summary = (
+            "begin turn"
+            + (" (continuation)" if inp.continuation else "")
+            + (f" · re-run {run} after compaction" if run else "")
+        )
+        if _local_bookkeeping():
+            plan = await workflow.execute_local_activity(
+                BEGIN_TURN,
+                begin,
+                result_type=TurnPlan,
+                start_to_close_timeout=options.SHORT,
+                retry_policy=options.BOOKKEEPING_RETRY,
+                summary=summary,
+            )
+        else:
+            plan = await workflow.execute_activity(
+                BEGIN_TURN,
+                begin,
+                result_type=TurnPlan,
+                start_to_close_timeout=options.SHORT,
+                heartbeat_timeout=options.BEGIN_HEARTBEAT,
+                retry_policy=options.BOOKKEEPING_RETRY,
+                summary=summary,
+            )
         if not plan.skip:
             self._model = plan.model
             # a keyword search attribute over 2 KiB would get the turn terminated
@@ -370,9 +384,19 @@ class TurnWorkflow:
         continuation: bool,
     ) -> TurnResult:
         self._status = status
+        finish = FinishTurnInput(turn=ref, steps=steps, status=status, continuation=continuation)
+        if _local_bookkeeping():
+            return await workflow.execute_local_activity(
+                FINISH_TURN,
+                finish,
+                result_type=TurnResult,
+                start_to_close_timeout=options.SHORT,
+                retry_policy=options.BOOKKEEPING_RETRY,
+                summary=f"finish turn · {status}",
+            )
         return await workflow.execute_activity(
             FINISH_TURN,
-            FinishTurnInput(turn=ref, steps=steps, status=status, continuation=continuation),
+            finish,
             result_type=TurnResult,
             start_to_close_timeout=options.SHORT,
             heartbeat_timeout=options.heartbeat(plan) if plan else options.BEGIN_HEARTBEAT,
@@ -384,15 +408,35 @@ class TurnWorkflow:
         self, ref: TurnRef, steps: int, continuation: bool, error: ErrorInfo
     ) -> TurnResult:
         self._status = "error"
+        fail = FailTurnInput(turn=ref, steps=steps, error=error, continuation=continuation)
+        if _local_bookkeeping():
+            return await workflow.execute_local_activity(
+                FAIL_TURN,
+                fail,
+                result_type=TurnResult,
+                start_to_close_timeout=options.SHORT,
+                retry_policy=options.BOOKKEEPING_RETRY,
+                summary=f"fail turn · {error.type}",
+            )
         return await workflow.execute_activity(
             FAIL_TURN,
-            FailTurnInput(turn=ref, steps=steps, error=error, continuation=continuation),
+            fail,
             result_type=TurnResult,
             start_to_close_timeout=options.SHORT,
             heartbeat_timeout=options.BEGIN_HEARTBEAT,
             retry_policy=options.BOOKKEEPING_RETRY,
             summary=f"fail turn · {error.type}",
         )
+
+
+LOCAL_BOOKKEEPING_PATCH = "local-begin-finish"
+
+
+def _local_bookkeeping() -> bool:
+    """begin_turn and finish_turn run as local activities: each saves the worker a round trip
+    to the server (schedule, poll, complete, a new workflow task) on every turn. Turns
+    recorded before this change replay with the regular activities they ran."""
+    return workflow.patched(LOCAL_BOOKKEEPING_PATCH)
 
 
 _STAGES = {

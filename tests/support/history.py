@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
@@ -40,8 +43,21 @@ def prior_transcript(tokens: int) -> list[Message]:
     return messages
 
 
+def local_activity_marker(event: Any) -> dict[str, Any] | None:
+    """A local activity's marker (begin/finish/fail turn run as local activities): its
+    ``activity_type`` and ``attempt``; None for any other event."""
+    if event.event_type != EventType.EVENT_TYPE_MARKER_RECORDED:
+        return None
+    attrs = event.marker_recorded_event_attributes
+    if attrs.marker_name != "core_local_activity":
+        return None
+    data: dict[str, Any] = json.loads(attrs.details["data"].payloads[0].data)
+    return data
+
+
 async def activity_attempts(harness: Harness, workflow_id: str, activity: str) -> list[int]:
-    """The attempt number recorded for each scheduled ``activity`` in a turn's history."""
+    """The attempt number recorded for each scheduled ``activity`` in a turn's history
+    (for a local activity, the attempt its marker records)."""
     history = await harness.client.get_workflow_handle(workflow_id).fetch_history()
     scheduled = {
         e.event_id
@@ -49,18 +65,27 @@ async def activity_attempts(harness: Harness, workflow_id: str, activity: str) -
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
         and e.activity_task_scheduled_event_attributes.activity_type.name == activity
     }
-    return [
-        e.activity_task_started_event_attributes.attempt
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        and e.activity_task_started_event_attributes.scheduled_event_id in scheduled
-    ]
+    attempts = []
+    for e in history.events:
+        if (
+            e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+            and e.activity_task_started_event_attributes.scheduled_event_id in scheduled
+        ):
+            attempts.append(e.activity_task_started_event_attributes.attempt)
+        elif (marker := local_activity_marker(e)) is not None and marker[
+            "activity_type"
+        ] == activity:
+            attempts.append(int(marker["attempt"]))
+    return attempts
 
 
 async def scheduled(harness: Harness, workflow_id: str) -> list[str]:
+    """The activities a turn ran, in order: scheduled ones and local ones (by their markers)."""
     history = await harness.client.get_workflow_handle(workflow_id).fetch_history()
-    return [
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    ]
+    names = []
+    for e in history.events:
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            names.append(e.activity_task_scheduled_event_attributes.activity_type.name)
+        elif (marker := local_activity_marker(e)) is not None:
+            names.append(str(marker["activity_type"]))
+    return names
