@@ -180,15 +180,13 @@ async def chat(args: argparse.Namespace, settings: Settings) -> int:
                 f"no worker polls task queue {client.task_queue!r} on {settings.address}:"
                 " start one with `turns worker` (or check TURNS_TASK_QUEUE)"
             )
-        request_id = await client.submit(
-            args.conversation, args.message, model=args.model, body=body
-        )
-        number = await client.turn_number(args.conversation, request_id)
+        started = await client.start(args.conversation, args.message, model=args.model, body=body)
+        number = started.turn_number
         live: asyncio.Task[None] | None = None
         seen = [0]  # events the live printer has shown
         if number and client.stream_url not in ("none", "off"):
             live = asyncio.create_task(_print_live(client, args.conversation, number, seen))
-        result = await client.wait(args.conversation, request_id)
+        result = await client.result(args.conversation, started)
         await _finish_live(live)
         streamed = seen[0] > 0
         if streamed:

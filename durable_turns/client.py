@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from temporalio.client import (
     Client,
@@ -36,6 +36,7 @@ from durable_turns.contract import (
     SIGNAL_SUBMIT,
     SIGNAL_TOOL_RESULT,
     UPDATE_SEND,
+    UPDATE_START,
     ConversationState,
     InvalidId,
     RequestRecord,
@@ -51,6 +52,9 @@ if TYPE_CHECKING:
     from durable_turns.streams import ChunkStreamBackend, StreamEvent
 
 FINAL = ("completed", "error", "aborted", "skipped", "rejected")
+
+
+R = TypeVar("R")
 
 
 class TurnsClient:
@@ -113,6 +117,44 @@ class TurnsClient:
         """
         check_conversation_id(conversation_id)
         request = self.request(content, model=model, body=body, request_id=request_id)
+        return await self._update_with_start(conversation_id, UPDATE_SEND, request, TurnResult)
+
+    async def start(
+        self,
+        conversation_id: str,
+        content: str | list[Message],
+        *,
+        model: str | None = None,
+        body: dict[str, Any] | None = None,
+        request_id: str | None = None,
+    ) -> RequestRecord:
+        """Submit messages and return as soon as their turn has started (update-with-start
+        ``startTurn``): its ``turn_number`` and ``workflow_id``. Follow it with
+        :meth:`chunks` and await it with :meth:`result`; neither polls."""
+        check_conversation_id(conversation_id)
+        request = self.request(content, model=model, body=body, request_id=request_id)
+        return await self._update_with_start(conversation_id, UPDATE_START, request, RequestRecord)
+
+    async def result(self, conversation_id: str, record: RequestRecord) -> TurnResult:
+        """The result of a request's turn: the turn workflow's own result (a long poll)."""
+        if record.turn_number is None or not record.workflow_id:
+            return TurnResult(  # cancelled or rejected before it ever ran
+                request_id=record.request_id,
+                conversation_id=conversation_id,
+                turn_number=0,
+                workflow_id="",
+                status="aborted" if record.status == "aborted" else "error",
+                error=record.error,
+            )
+        handle = self.client.get_workflow_handle(record.workflow_id, result_type=TurnResult)
+        return await handle.result()
+
+    async def _update_with_start(
+        self, conversation_id: str, update: str, request: dict[str, Any], result_type: type[R]
+    ) -> R:
+        """An update-with-start on the conversation; sent again, with the same request id,
+        when the conversation continued-as-new while the request waited (``ContinuedAsNew``):
+        the new run has it queued."""
         while True:
             op: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
                 CONVERSATION_WORKFLOW,
@@ -122,7 +164,7 @@ class TurnsClient:
             )
             try:
                 return await self.client.execute_update_with_start_workflow(
-                    UPDATE_SEND, request, start_workflow_operation=op, result_type=TurnResult
+                    update, request, start_workflow_operation=op, result_type=result_type
                 )
             except WorkflowUpdateFailedError as e:
                 cause = e.cause

@@ -31,6 +31,9 @@ SIGNAL_TOOL_RESULT = "submitToolResult"
 TURN_SIGNAL_TOOL_RESULT = "toolResult"
 """The same, sent to a turn directly."""
 UPDATE_SEND = "sendMessage"
+UPDATE_START = "startTurn"
+"""Like ``sendMessage``, but answers as soon as the turn has started (its ``RequestRecord``:
+turn number and workflow id), so a client streams it and awaits its result without polling."""
 QUERY_STATE = "state"
 
 # Activity names: the workflows schedule them by these strings and the activities register
@@ -308,6 +311,37 @@ class ConversationSettings(_Wire):
         if problem:
             raise ValueError(problem)
         return value
+
+
+class PendingRequest(_Wire):
+    """A queued request, as a conversation holds it (and carries over continue-as-new)."""
+
+    request_id: str
+    kind: str = "submit"
+    messages: list[Message] = Field(default_factory=list)
+    body: dict[str, Any] = Field(default_factory=dict)
+    model: str | None = None
+    size: int = 0
+    """Encoded bytes of the request (counts against ``MAX_QUEUED_BYTES``)."""
+
+
+class ConversationInput(ConversationSettings):
+    """``ConversationWorkflow``'s optional input: settings, plus the state continue-as-new
+    carries. Defined here, not in the workflow module, so the workflow sandbox shares the
+    class instead of rebuilding it for every conversation it runs."""
+
+    turn_count: int | None = None
+    queue: list[PendingRequest] = Field(default_factory=list)
+    recent: list[RequestRecord] = Field(default_factory=list)
+    last_result: TurnResult | None = None
+    last_body: dict[str, Any] = Field(default_factory=dict)
+    last_model: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float | None = None
+    results: list[TurnResult] = Field(default_factory=list)
+    """Recent results, so a retried ``sendMessage`` gets its answer after the hand-over."""
+    rejected: list[RequestRecord] = Field(default_factory=list)
+    rejected_count: int = 0
 
 
 # --- turn I/O ------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import json
 from collections import deque
 from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import RawValue, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError, ChildWorkflowError, FailureError
@@ -47,12 +47,15 @@ with workflow.unsafe.imports_passed_through():
         TURN_STATUS,
         TURN_WORKFLOW,
         UPDATE_SEND,
+        UPDATE_START,
         CancelChat,
         ChatResponseInput,
         ContinueLastTurn,
+        ConversationInput,
         ConversationSettings,
         ConversationState,
         ErrorInfo,
+        PendingRequest,
         RequestRecord,
         SubmitMessages,
         TurnInput,
@@ -61,7 +64,6 @@ with workflow.unsafe.imports_passed_through():
         turn_workflow_id,
         validation_problems,
     )
-    from durable_turns.messages import Message, Usage
     from durable_turns.workflows import options
     from durable_turns.workflows.intake import ABSENT, Rejected, decode, payload_size
 
@@ -80,33 +82,6 @@ TURN_START_ATTEMPTS = 3
 
 PATCH_HANDOVER_WITH_QUEUE = "conversation-continue-as-new-with-queue"
 """Continue-as-new between turns even with requests still queued."""
-
-
-class PendingRequest(BaseModel):
-    request_id: str
-    kind: str = "submit"
-    messages: list[Message] = Field(default_factory=list)
-    body: dict[str, Any] = Field(default_factory=dict)
-    model: str | None = None
-    size: int = 0
-    """Encoded bytes of the request (counts against ``MAX_QUEUED_BYTES``)."""
-
-
-class ConversationInput(ConversationSettings):
-    """The workflow's optional input: settings, plus the state continue-as-new carries."""
-
-    turn_count: int | None = None
-    queue: list[PendingRequest] = Field(default_factory=list)
-    recent: list[RequestRecord] = Field(default_factory=list)
-    last_result: TurnResult | None = None
-    last_body: dict[str, Any] = Field(default_factory=dict)
-    last_model: str | None = None
-    usage: Usage = Field(default_factory=Usage)
-    cost_usd: float | None = None
-    results: list[TurnResult] = Field(default_factory=list)
-    """Recent results, so a retried ``sendMessage`` gets its answer after the hand-over."""
-    rejected: list[RequestRecord] = Field(default_factory=list)
-    rejected_count: int = 0
 
 
 def _failure(rejected: Rejected) -> ApplicationError:
@@ -393,14 +368,7 @@ class ConversationWorkflow:
         Retried with a request id it knows, it waits for (or returns) that request's result;
         a result no longer held is a ``RequestExpired`` error, never a wait without end.
         """
-        try:
-            request = self._parse_submit(decode(raw, MAX_REQUEST_BYTES))
-            request_id = request.request_id or ""
-            if request_id not in self._records:
-                self._check_room(payload_size(raw))
-                request_id = self._enqueue(request, payload_size(raw))
-        except Rejected as e:
-            raise _failure(e) from None
+        request_id = self._admit(raw)
         known = self._records[request_id]
         if request_id not in self._results and known.status not in ("queued", "running"):
             raise ApplicationError(
@@ -413,11 +381,38 @@ class ConversationWorkflow:
         await workflow.wait_condition(lambda: request_id in self._results or self._handing_over)
         if request_id in self._results:
             return self._results[request_id]
-        raise ApplicationError(
-            f"the conversation continued as new with request {request_id!r} still queued:"
-            " send the same request again (same request id) to wait for its result",
-            type=HANDED_OVER,
+        raise _handed_over(request_id)
+
+    @workflow.update(name=UPDATE_START)
+    async def start_turn(self, raw: RawValue = ABSENT) -> RequestRecord:
+        """Submit messages and return as soon as their turn has started: its number and
+        workflow id, so a client follows the turn's live stream and waits for its result
+        without polling. A request that ends without a turn (cancelled) comes back with
+        its final status; retried with a known request id, it answers for that request."""
+        request_id = self._admit(raw)
+        record = self._records[request_id]
+        await workflow.wait_condition(
+            lambda: (
+                record.turn_number is not None
+                or record.status not in ("queued", "running")
+                or self._handing_over
+            )
         )
+        if record.turn_number is None and record.status in ("queued", "running"):
+            raise _handed_over(request_id)
+        return record.model_copy()
+
+    def _admit(self, raw: RawValue) -> str:
+        """Queue a request (or find the one its request id names); its request id."""
+        try:
+            request = self._parse_submit(decode(raw, MAX_REQUEST_BYTES))
+            request_id = request.request_id or ""
+            if request_id not in self._records:
+                self._check_room(payload_size(raw))
+                request_id = self._enqueue(request, payload_size(raw))
+        except Rejected as e:
+            raise _failure(e) from None
+        return request_id
 
     @send_message.validator
     def _validate_send(self, raw: RawValue = ABSENT) -> None:
@@ -429,6 +424,10 @@ class ConversationWorkflow:
                 self._check_room(payload_size(raw))
         except Rejected as e:
             raise _failure(e) from None
+
+    @start_turn.validator
+    def _validate_start(self, raw: RawValue = ABSENT) -> None:
+        self._validate_send(raw)
 
     @workflow.signal(name=SIGNAL_CONTINUE)
     def continue_last_turn(self, raw: RawValue = ABSENT) -> None:
@@ -648,6 +647,14 @@ class ConversationWorkflow:
             rejected=list(self._rejected),
             rejected_count=self._rejected_count,
         )
+
+
+def _handed_over(request_id: str) -> ApplicationError:
+    return ApplicationError(
+        f"the conversation continued as new with request {request_id!r} still queued:"
+        " send the same request again (same request id) to wait for it",
+        type=HANDED_OVER,
+    )
 
 
 def _explain(error: ValidationError) -> str:
