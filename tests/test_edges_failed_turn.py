@@ -75,7 +75,7 @@ async def test_a_reply_over_two_megabytes_travels_by_reference(harness: Harness)
     harness.start_worker(TURNS_HEARTBEAT_TIMEOUT_S="30")
     word = "x" * 99
     text = " ".join([word] * 25_000)  # 2.5 MB: over Temporal's 2 MiB payload limit
-    model = harness.script([{"text": text}])
+    model = harness.script([{"text": word, "repeat": 25_000}])
     conversation = harness.conv("big-reply")
     result = await asyncio.wait_for(harness.send(conversation, "long", model=model), 90)
     assert result.status == "completed"

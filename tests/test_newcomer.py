@@ -162,6 +162,7 @@ class UserWorker:
             "TEMPORAL_ADDRESS": harness.address,
             "TURNS_TASK_QUEUE": harness.task_queue,
             "TURNS_DATA_DIR": str(cwd / "data"),
+            "TURNS_DEMO_DIR": str(harness.tmp),  # where harness.script() writes
             "PYTHONPATH": "",
             **env,
         }

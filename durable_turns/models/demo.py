@@ -12,6 +12,8 @@ may have:
   ``{city}`` are filled in, and ``{request.FIELD}`` with a field of the ``ModelRequest``
   (``{request.temperature}``, ``{request.system}``, ``{request.tools}`` (names),
   ``{request.message_count}``…; dicts and lists as JSON), so tests see what reached the model
+* ``repeat``: the text is streamed this many times, space-separated (at most
+  ``MAX_REPEAT``): long replies from a short script file
 * ``reasoning``: streamed as reasoning deltas before the text
 * ``sources``: ``[{"url": ..., "title": ...}]`` streamed as source parts
 * ``raw``: a list of values streamed as raw chunks
@@ -83,6 +85,7 @@ _CITY = re.compile(r"\bin ([A-Z][\w-]*(?: [A-Z][\w-]*)*)")
 
 
 MAX_SCRIPT_BYTES = 1 << 20
+MAX_REPEAT = 100_000
 """A script file larger than this (1 MiB) is refused."""
 
 
@@ -190,7 +193,9 @@ class DemoProvider(ModelProvider):
         sources = step.get("sources", [])
         chunks += [SourcePart(id=f"src_{i}", **src) for i, src in enumerate(sources)]
         chunks += [RawChunk(value=v) for v in step.get("raw", [])]
-        chunks += [TextDelta(text=w) for w in _WORDS.findall(_fill(step.get("text", ""), fills))]
+        text = _fill(step.get("text", ""), fills)
+        repeat = max(1, min(int(step.get("repeat", 1)), MAX_REPEAT))
+        chunks += [TextDelta(text=w) for w in _WORDS.findall(" ".join([text] * repeat))]
         for i, call in enumerate(step.get("tool_calls", [])):
             call_id = call.get("id") or f"call_{len(request.messages)}_{position}_{i}"
             args = json.dumps(_fill_json(call.get("input", {}), fills))
