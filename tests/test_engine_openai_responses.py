@@ -16,7 +16,13 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 
 from durable_turns.contract import PROVIDER_ERROR, turn_workflow_id
-from durable_turns.messages import ReasoningPart, StepStartPart, TextPart, ToolCallPart, ToolResultPart
+from durable_turns.messages import (
+    ReasoningPart,
+    StepStartPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
 from tests.llm_server import LLMServer, Reply
 from tests.support.harness import Harness
 from tests.support.hooks import calls, wait_for_hook
@@ -90,11 +96,16 @@ async def test_tool_turn_sends_the_call_and_its_output_back(
         "name": "get_capital",
         "arguments": json.dumps({"country": "PotatoLand"}),
     }
-    assert output == {"type": "function_call_output", "call_id": CAPITAL_CALL, "output": "Potato City"}
+    assert output == {
+        "type": "function_call_output",
+        "call_id": CAPITAL_CALL,
+        "output": "Potato City",
+    }
     assert body["input"].index(call) < body["input"].index(output)
-    assert {"role": "assistant", "content": "I’ll check the capital lookup tool for “PotatoLand.”"} in (
-        body["input"]
-    )
+    assert {
+        "role": "assistant",
+        "content": "I’ll check the capital lookup tool for “PotatoLand.”",
+    } in (body["input"])
     assert body["tools"] == first.body["tools"]
 
     [s0, s1] = calls(harness, "step_record")
@@ -153,7 +164,9 @@ async def test_reasoning_summary_is_stored_in_the_transcript(
     assert [r.path for r in requests] == ["/v1/responses"] * 4
     # Each call carries every earlier call and output of the turn, ids paired.
     for n, request in enumerate(requests):
-        pairs = [(i["call_id"], i["output"]) for i in items_of(request.body, "function_call_output")]
+        pairs = [
+            (i["call_id"], i["output"]) for i in items_of(request.body, "function_call_output")
+        ]
         assert pairs == list(zip(CALC_CALLS, ["19", "57", "570"], strict=True))[:n]
         assert [i["call_id"] for i in items_of(request.body, "function_call")] == CALC_CALLS[:n]
 

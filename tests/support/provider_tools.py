@@ -48,4 +48,3 @@ async def calculator(args: CalculatorArgs, ctx: ToolContext) -> str:
         "divide": args.a / args.b if args.b else float("nan"),
     }[args.op]
     return f"{value:g}"
-
