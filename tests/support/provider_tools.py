@@ -2,10 +2,10 @@
 calls those recordings make (``TURNS_TOOLS=...,tests.support.provider_tools``).
 
 * ``get_capital`` (``openai/responses_reasoning_text_function_call.sse``: PotatoLand),
-* ``calculator`` (``openai/responses_calculator.*.sse``: 12 + 7, × 3, × 10).
-
-(``get_weather``, which ``anthropic/tool_use.sse`` and ``openai/chat_tool_call.sse`` call, is
-the worker's built-in demo tool.)
+* ``calculator`` (``openai/responses_calculator.*.sse``: 12 + 7, × 3, × 10),
+* ``get_weather`` (``anthropic/tool_use.sse``: ``{"location": "Paris"}``;
+  ``openai/chat_tool_call.sse``: ``{"city": "New York City"}``); it replaces the worker's
+  built-in demo tool of that name, which real models are not offered.
 
 Each run is logged like the other test tools (``TEST_TOOL_LOG``), with its input.
 """
@@ -48,3 +48,15 @@ async def calculator(args: CalculatorArgs, ctx: ToolContext) -> str:
         "divide": args.a / args.b if args.b else float("nan"),
     }[args.op]
     return f"{value:g}"
+
+
+class WeatherArgs(BaseModel):
+    location: str | None = None
+    city: str | None = None
+
+
+@tool(name="get_weather")
+async def recorded_weather(args: WeatherArgs, ctx: ToolContext) -> str:
+    """Weather for a city (a test stand-in)."""
+    _log(ctx, input=args.model_dump())
+    return f"sunny, 21°C in {args.location or args.city}"
