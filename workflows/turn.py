@@ -73,6 +73,8 @@ class TurnWorkflow:
         self._awaited_client = False
         self._completed = 0
         """Model steps of the current run that the history says completed."""
+        self._stage = "stream"
+        """The stage a failure of a local activity (begin, finish) is reported at."""
 
     @workflow.query(name=QUERY_STATE)
     def state(self) -> dict[str, object]:
@@ -178,13 +180,16 @@ class TurnWorkflow:
             # partial reply): never a step or a tool call that did not
             return await self._fail(ref, self._completed, inp.continuation, _error_info(err))
         except ApplicationError as err:
-            info = ErrorInfo(type=err.type or "Error", message=err.message, stage="stream")
+            # the workflow's own ContextOverflow, or a local activity's failure
+            stage = "stream" if err.type == "ContextOverflow" else self._stage
+            info = ErrorInfo(type=err.type or "Error", message=err.message, stage=stage)
             if err.type == "ContextOverflow":
                 info.classification = "context_overflow"
             return await self._fail(ref, self._completed, inp.continuation, info)
 
     async def _begin(self, inp: TurnInput, ref: TurnRef, run: int) -> TurnPlan:
         self._status = "beginning"
+        self._stage = "turn"
         begin = BeginTurnInput(
             turn=ref,
             new_messages=inp.new_messages,
@@ -218,6 +223,7 @@ class TurnWorkflow:
                 retry_policy=options.BOOKKEEPING_RETRY,
                 summary=summary,
             )
+        self._stage = "stream"
         if not plan.skip:
             self._model = plan.model
             # a keyword search attribute over 2 KiB would get the turn terminated
@@ -384,6 +390,7 @@ class TurnWorkflow:
         continuation: bool,
     ) -> TurnResult:
         self._status = status
+        self._stage = "persist"
         finish = FinishTurnInput(turn=ref, steps=steps, status=status, continuation=continuation)
         if _local_bookkeeping():
             return await workflow.execute_local_activity(
