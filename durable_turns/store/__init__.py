@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from durable_turns.store.base import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
+from durable_turns.store.base import (
+    StepRecord,
+    StoreUnavailable,
+    ToolResultRecord,
+    TranscriptStore,
+    TurnNotOwned,
+    TurnRecord,
+)
 
 
 def open_store(url: str) -> TranscriptStore:
@@ -23,4 +30,12 @@ def open_store(url: str) -> TranscriptStore:
     raise ValueError(f"unknown transcript store URL {url!r}: use sqlite:///PATH or postgresql://…")
 
 
-__all__ = ["StepRecord", "ToolResultRecord", "TranscriptStore", "TurnRecord", "open_store"]
+__all__ = [
+    "StepRecord",
+    "StoreUnavailable",
+    "ToolResultRecord",
+    "TranscriptStore",
+    "TurnNotOwned",
+    "TurnRecord",
+    "open_store",
+]
