@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,14 +22,25 @@ from durable_turns.store import (
 )
 from durable_turns.store.sqlite import SQLiteStore
 from tests.test_store import (  # noqa: F401 - fixtures
+    StoreFactory,
+    _open,
     make_store,
     msg,
     pg_schemas,
     step,
-    store,
 )
 
 TURN = "victim/turn-2"
+
+
+@pytest.fixture
+async def db(make_store: StoreFactory) -> AsyncIterator[TranscriptStore]:  # noqa: F811
+    s = make_store()
+    await _open(s)
+    try:
+        yield s
+    finally:
+        await s.close()
 
 
 def record(owner: str, by_conversation: bool = False, **kw: object) -> TurnRecord:
@@ -43,97 +55,97 @@ def record(owner: str, by_conversation: bool = False, **kw: object) -> TurnRecor
     )
 
 
-async def _fill(store: TranscriptStore, owner: str) -> None:
-    await store.add_messages("victim", [msg(f"{owner}-user", "hi")], TURN, owner=owner)
-    await store.save_step(TURN, step(0, f"{owner}'s answer"), owner=owner)
-    await store.save_tool_result(
+async def _fill(db: TranscriptStore, owner: str) -> None:
+    await db.add_messages("victim", [msg(f"{owner}-user", "hi")], TURN, owner=owner)
+    await db.save_step(TURN, step(0, f"{owner}'s answer"), owner=owner)
+    await db.save_tool_result(
         TURN, ToolResultRecord(tool_call_id="call-1", tool_name="t", step=0), owner=owner
     )
-    await store.put_message(
+    await db.put_message(
         "victim", msg(f"{TURN}/assistant", f"{owner}'s reply", "assistant"), TURN, owner=owner
     )
 
 
 async def test_a_conversation_takes_its_turn_over_and_nothing_of_the_squatter_remains(
-    store: TranscriptStore,
+    db: TranscriptStore,
 ) -> None:
-    await store.add_messages("victim", [msg("turn-1", "earlier")], "victim/turn-1")
-    assert await store.claim_turn(record("squatter"))
-    await _fill(store, "squatter")
+    await db.add_messages("victim", [msg("turn-1", "earlier")], "victim/turn-1")
+    assert await db.claim_turn(record("squatter"))
+    await _fill(db, "squatter")
 
-    assert await store.claim_turn(record("victim", by_conversation=True))
-    assert await store.steps(TURN, 0) == []
-    assert await store.tool_results(TURN) == {}
-    assert [m.id for m in await store.messages("victim")] == ["turn-1"]
-    turn = await store.get_turn(TURN)
+    assert await db.claim_turn(record("victim", by_conversation=True))
+    assert await db.steps(TURN, 0) == []
+    assert await db.tool_results(TURN) == {}
+    assert [m.id for m in await db.messages("victim")] == ["turn-1"]
+    turn = await db.get_turn(TURN)
     assert turn is not None and turn.owner == "victim" and turn.by_conversation
 
     # the squatter, still running, can write nothing more into the turn
     with pytest.raises(TurnNotOwned):
-        await store.save_step(TURN, step(0, "late"), owner="squatter")
+        await db.save_step(TURN, step(0, "late"), owner="squatter")
     with pytest.raises(TurnNotOwned):
-        await store.save_tool_result(
+        await db.save_tool_result(
             TURN, ToolResultRecord(tool_call_id="c", tool_name="t", step=0), owner="squatter"
         )
     with pytest.raises(TurnNotOwned):
-        await store.put_message("victim", msg("x", "late", "assistant"), TURN, owner="squatter")
+        await db.put_message("victim", msg("x", "late", "assistant"), TURN, owner="squatter")
     with pytest.raises(TurnNotOwned):
-        await store.add_messages("victim", [msg("y", "late")], TURN, owner="squatter")
+        await db.add_messages("victim", [msg("y", "late")], TURN, owner="squatter")
     with pytest.raises(TurnNotOwned):
-        await store.save_turn(record("squatter", status="completed"))
-    assert [m.id for m in await store.messages("victim")] == ["turn-1"]
+        await db.save_turn(record("squatter", status="completed"))
+    assert [m.id for m in await db.messages("victim")] == ["turn-1"]
 
     # the owner writes as before; its own retries keep its data
-    await _fill(store, "victim")
-    assert await store.claim_turn(record("victim", by_conversation=True, run=1))
-    [kept] = await store.steps(TURN, 0)
+    await _fill(db, "victim")
+    assert await db.claim_turn(record("victim", by_conversation=True, run=1))
+    [kept] = await db.steps(TURN, 0)
     assert kept.parts[0].text == "victim's answer"  # type: ignore[union-attr]
 
 
 async def test_a_run_started_elsewhere_never_takes_a_conversations_turn(
-    store: TranscriptStore,
+    db: TranscriptStore,
 ) -> None:
-    assert await store.claim_turn(record("victim", by_conversation=True))
-    await _fill(store, "victim")
-    assert not await store.claim_turn(record("squatter"))
-    turn = await store.get_turn(TURN)
+    assert await db.claim_turn(record("victim", by_conversation=True))
+    await _fill(db, "victim")
+    assert not await db.claim_turn(record("squatter"))
+    turn = await db.get_turn(TURN)
     assert turn is not None and turn.owner == "victim"
-    assert len(await store.steps(TURN, 0)) == 1
-    assert [m.text for m in await store.messages("victim")] == ["hi", "victim's reply"]
+    assert len(await db.steps(TURN, 0)) == 1
+    assert [m.text for m in await db.messages("victim")] == ["hi", "victim's reply"]
 
 
 async def test_records_from_before_owners_are_adopted_by_their_conversation_only(
-    store: TranscriptStore,
+    db: TranscriptStore,
 ) -> None:
     legacy = record("")
-    await store.save_turn(legacy)
-    await store.save_step(TURN, step(0, "old"))
-    assert not await store.claim_turn(record("squatter"))
+    await db.save_turn(legacy)
+    await db.save_step(TURN, step(0, "old"))
+    assert not await db.claim_turn(record("squatter"))
     # an old in-flight turn's activities, after the deploy, write into it
-    await store.save_step(TURN, step(1, "new"), owner="victim")
-    assert await store.claim_turn(record("victim", by_conversation=True, run=0))
-    assert [s.step for s in await store.steps(TURN, 0)] == [0, 1]
+    await db.save_step(TURN, step(1, "new"), owner="victim")
+    assert await db.claim_turn(record("victim", by_conversation=True, run=0))
+    assert [s.step for s in await db.steps(TURN, 0)] == [0, 1]
     # writes without an owner (activity inputs from before the deploy) are not checked
-    await store.save_step(TURN, step(2), owner=None)
+    await db.save_step(TURN, step(2), owner=None)
 
 
-async def test_concurrent_claims_and_writes_never_mix_runs(store: TranscriptStore) -> None:
+async def test_concurrent_claims_and_writes_never_mix_runs(db: TranscriptStore) -> None:
     """A squatter writing while the conversation takes over: whatever the interleaving, the
     turn ends with no squatter row."""
-    assert await store.claim_turn(record("squatter"))
+    assert await db.claim_turn(record("squatter"))
 
     async def squat() -> None:
         for n in range(30):
             try:
-                await store.save_step(TURN, step(n, "squatted"), owner="squatter")
+                await db.save_step(TURN, step(n, "squatted"), owner="squatter")
             except TurnNotOwned:
                 return
 
     writer = asyncio.create_task(squat())
     await asyncio.sleep(0)
-    assert await store.claim_turn(record("victim", by_conversation=True))
+    assert await db.claim_turn(record("victim", by_conversation=True))
     await writer
-    assert await store.steps(TURN, 0) == []
+    assert await db.steps(TURN, 0) == []
 
 
 async def test_an_old_sqlite_file_gets_the_owner_column(tmp_path: Path) -> None:
@@ -148,25 +160,25 @@ async def test_an_old_sqlite_file_gets_the_owner_column(tmp_path: Path) -> None:
     )
     conn.commit()
     conn.close()
-    store = SQLiteStore(path)
-    await store.open()
+    db = SQLiteStore(path)
+    await db.open()
     try:
-        assert await store.claim_turn(record("victim", by_conversation=True))
-        assert (await store.get_turn(TURN)).owner == "victim"  # type: ignore[union-attr]
+        assert await db.claim_turn(record("victim", by_conversation=True))
+        assert (await db.get_turn(TURN)).owner == "victim"  # type: ignore[union-attr]
     finally:
-        await store.close()
+        await db.close()
 
 
 async def test_a_locked_sqlite_database_is_store_unavailable(tmp_path: Path) -> None:
     path = tmp_path / "locked.db"
-    store = SQLiteStore(path)
-    await store.open()
+    db = SQLiteStore(path)
+    await db.open()
     blocker = sqlite3.connect(path, isolation_level=None)
     try:
-        store._db().execute("PRAGMA busy_timeout=50")
+        db._db().execute("PRAGMA busy_timeout=50")
         blocker.execute("BEGIN EXCLUSIVE")
         with pytest.raises(StoreUnavailable, match="locked"):
-            await store.save_turn(record("a"))
+            await db.save_turn(record("a"))
     finally:
         blocker.close()
-        await store.close()
+        await db.close()
