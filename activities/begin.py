@@ -9,7 +9,7 @@ from durable_turns.activities import compaction
 from durable_turns.activities import context as ctx_build
 from durable_turns.activities.compact import store_compaction
 from durable_turns.activities.deps import ActivityDeps, keep_alive
-from durable_turns.activities.errors import INVALID_MODEL, INVALID_REQUEST
+from durable_turns.activities.errors import INVALID_MODEL, INVALID_REQUEST, taken_over
 from durable_turns.contract import BEGIN_TURN, BeginTurnInput, TurnPlan, model_id_problem
 from durable_turns.hooks.types import TurnConfig, TurnContext
 from durable_turns.messages import Message
@@ -27,7 +27,6 @@ class BeginActivities:
         deps, ref = self.deps, inp.turn
         model = inp.model or deps.settings.model
         async with keep_alive(deps.beat_every):
-            await deps.store.add_messages(ref.conversation_id, inp.new_messages, ref.turn_id)
             turn = TurnRecord(
                 turn_id=ref.turn_id,
                 conversation_id=ref.conversation_id,
@@ -36,8 +35,17 @@ class BeginActivities:
                 continuation=inp.continuation,
                 body=inp.body,
                 run=inp.attempt,
+                owner=ref.owner,
+                by_conversation=ref.by_conversation,
             )
-            await deps.store.save_turn(turn)  # from here on, the turn's messages are stored
+            # The turn is this run's from here on: what another run stored under its id is
+            # deleted first, never reused; a conversation's turn is never taken by a run
+            # started elsewhere (which then writes nothing, not even its messages).
+            if not await deps.store.claim_turn(turn):
+                raise taken_over(ref.turn_id, "it is its conversation's turn")
+            await deps.store.add_messages(
+                ref.conversation_id, inp.new_messages, ref.turn_id, owner=ref.owner
+            )
             if inp.continuation and not await self._can_continue(ref.conversation_id):
                 turn.status = "skipped"
                 await deps.store.save_turn(turn)

@@ -34,7 +34,9 @@ async def store_compaction(
         reason=reason,
     )
     if summary is not None:
-        await deps.store.add_messages(turn.conversation_id, [summary], turn.turn_id)
+        await deps.store.add_messages(
+            turn.conversation_id, [summary], turn.turn_id, owner=turn.owner
+        )
     return result
 
 

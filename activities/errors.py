@@ -16,7 +16,9 @@ from durable_turns.contract import (  # noqa: F401 - re-exported for the activit
     INVALID_REQUEST,
     PROVIDER_ERROR,
     PROVIDER_TRANSIENT,
+    STORE_UNAVAILABLE,
     STREAM_STALLED,
+    TURN_TAKEN_OVER,
     WORKER_SHUTDOWN,
 )
 from durable_turns.models.base import ProviderError
@@ -45,3 +47,21 @@ def hook_failure(hook: str, error: BaseException) -> ApplicationError:
 
 def _delay(seconds: float | None) -> timedelta | None:
     return timedelta(seconds=seconds) if seconds else None
+
+
+def taken_over(turn_id: str, detail: str = "") -> ApplicationError:
+    """This run may not write into the turn: another workflow run owns it."""
+    return ApplicationError(
+        f"turn {turn_id} belongs to another workflow run; this one may not write into it"
+        + (f" ({detail})" if detail else ""),
+        type=TURN_TAKEN_OVER,
+        non_retryable=True,
+    )
+
+
+def store_unavailable(error: BaseException, waited_s: float) -> ApplicationError:
+    """The store stayed unreachable for as long as this attempt could wait (retryable)."""
+    return ApplicationError(
+        f"the transcript store is unavailable (waited {waited_s:.0f}s): {error}",
+        type=STORE_UNAVAILABLE,
+    )

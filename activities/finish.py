@@ -18,6 +18,7 @@ from durable_turns.contract import (
     FAIL_TURN,
     FINISH_TURN,
     MAX_RESULT_TEXT_BYTES,
+    TURN_TAKEN_OVER,
     ChatResponseInput,
     ErrorInfo,
     FailTurnInput,
@@ -29,6 +30,7 @@ from durable_turns.contract import (
 from durable_turns.hooks.types import ChatErrorContext, ChatResponseResult
 from durable_turns.messages import Message, ToolCallPart
 from durable_turns.store import StepRecord, ToolResultRecord, TurnRecord
+from durable_turns.store.base import owns
 
 
 class FinishActivities:
@@ -58,14 +60,22 @@ class FinishActivities:
     @activity.defn(name=FAIL_TURN)
     async def fail_turn(self, inp: FailTurnInput) -> TurnResult:
         """on_chat_error decides what the caller sees; the partial message is persisted first."""
-        stored = await self.deps.store.get_turn(inp.turn.turn_id)
+        ref = inp.turn
+        stored = await self.deps.store.get_turn(ref.turn_id)
+        if stored is not None and not owns(stored.owner, ref.owner):
+            # Another run owns the turn now (this one was taken over): write nothing of it.
+            return _not_ours(inp)
         turn = stored or TurnRecord(
-            turn_id=inp.turn.turn_id,
-            conversation_id=inp.turn.conversation_id,
-            turn_number=inp.turn.turn_number,
-            request_id=inp.turn.request_id,
+            turn_id=ref.turn_id,
+            conversation_id=ref.conversation_id,
+            turn_number=ref.turn_number,
+            request_id=ref.request_id,
             continuation=inp.continuation,
+            owner=ref.owner,
+            by_conversation=ref.by_conversation,
         )
+        if ref.owner:
+            turn.owner = ref.owner
         results = await self.deps.store.tool_results(turn.turn_id)
         steps = _what_happened(await self.deps.store.steps(turn.turn_id, turn.run), inp, results)
         return await self._failed(
@@ -116,7 +126,9 @@ class FinishActivities:
         sends_reasoning = ctx_build.turn_config(turn).send_reasoning is not False
         message = ctx_build.assistant_message(turn, steps, results, status, sends_reasoning)
         if message.parts:
-            await self.deps.store.put_message(turn.conversation_id, message, turn.turn_id)
+            await self.deps.store.put_message(
+                turn.conversation_id, message, turn.turn_id, owner=turn.owner
+            )
         return message
 
     async def _result(
@@ -173,6 +185,27 @@ class FinishActivities:
         )
         async with keep_alive(self.deps.beat_every):
             await self.deps.lifecycle.on_chat_response(response)
+
+
+def _not_ours(inp: FailTurnInput) -> TurnResult:
+    """A failed turn's result when its run no longer owns the turn: nothing was written."""
+    ref = inp.turn
+    return TurnResult(
+        request_id=ref.request_id,
+        conversation_id=ref.conversation_id,
+        turn_number=ref.turn_number,
+        workflow_id=activity.info().workflow_id or "",
+        status="error",
+        continuation=inp.continuation,
+        error=inp.error
+        if inp.error.type == TURN_TAKEN_OVER
+        else ErrorInfo(
+            type=TURN_TAKEN_OVER,
+            message=f"turn {ref.turn_id} belongs to another workflow run ({inp.error.message})",
+            stage=inp.error.stage,
+        ),
+        respond=False,
+    )
 
 
 def _preview(text: str) -> tuple[str, bool]:

@@ -115,7 +115,7 @@ class ModelStepActivities:
                     # for fail_turn (and so on_chat_error/on_chat_response), marked "error".
                     failed = _record(inp.step, turn.run, model, partial)
                     failed.finish_reason, failed.raw_finish_reason = "error", "error"
-                    await self.deps.store.save_step(turn.turn_id, failed)
+                    await self.deps.store.save_step(turn.turn_id, failed, owner=turn.owner)
                 raise
             except asyncio.CancelledError:
                 if not cancelled_by_user():
@@ -126,7 +126,7 @@ class ModelStepActivities:
                 if partial.parts:  # cancelChat: keep what was streamed so far
                     aborted = _record(inp.step, turn.run, model, partial)
                     aborted.raw_finish_reason = "aborted"
-                    await self.deps.store.save_step(turn.turn_id, aborted)
+                    await self.deps.store.save_step(turn.turn_id, aborted, owner=turn.owner)
                 raise
             if isinstance(snapshot, StepSummary):
                 return snapshot
@@ -136,7 +136,9 @@ class ModelStepActivities:
             record.experimental_context = (
                 step_config.experimental_context if step_config.sets_context else inherited
             )
-            summary = _summary(await self.deps.store.save_step(turn.turn_id, record))
+            # A store outage here is waited out (PatientStore): the model is not asked again.
+            saved = await self.deps.store.save_step(turn.turn_id, record, owner=turn.owner)
+            summary = _summary(saved)
             if publisher is not None:
                 await publisher.step_finish(
                     {"finish_reason": summary.finish_reason, "usage": summary.usage.model_dump()}

@@ -31,10 +31,10 @@ class ToolCallActivities:
     async def tool_call(self, inp: ToolCallInput) -> ToolOutcome:
         """before_tool_call → execute (or block / substitute) → after_tool_call → persist."""
         ref = inp.turn
+        turn = await self.deps.turn(ref)  # TurnTakenOver when another run owns the turn
         stored = (await self.deps.store.tool_results(ref.turn_id)).get(inp.tool_call_id)
         if stored is not None:  # the decision and the result are recorded: never asked again
             return _outcome(stored)
-        turn = await self.deps.turn(ref)
         steps = await self.deps.store.steps(turn.turn_id, turn.run)
         step, call = _find_call(steps, inp)
         config = ctx_build.turn_config(turn)
@@ -91,7 +91,7 @@ class ToolCallActivities:
             blocked=run.blocked,
             duration_ms=duration_ms,
         )
-        saved = await self.deps.store.save_tool_result(ref.turn_id, record)
+        saved = await self.deps.store.save_tool_result(ref.turn_id, record, owner=turn.owner)
         async with self.deps.publisher(ref.turn_id, inp.step) as publisher:
             if publisher is not None:
                 await publisher.tool_result(

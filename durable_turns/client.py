@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from temporalio.client import (
     Client,
     WithStartWorkflowOperation,
+    WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_turns.codec import data_converter_from_env
@@ -38,6 +39,7 @@ from durable_turns.contract import (
     UPDATE_SEND,
     UPDATE_START,
     ConversationState,
+    ErrorInfo,
     InvalidId,
     RequestRecord,
     TurnResult,
@@ -262,6 +264,21 @@ class TurnsClient:
             except RPCError as e:  # started a moment ago: not visible yet
                 if e.status != RPCStatusCode.NOT_FOUND:
                     raise
+            except WorkflowFailureError as e:  # the turn's workflow itself failed
+                cause: BaseException = e.cause
+                if isinstance(cause, ActivityError | ChildWorkflowError) and cause.cause:
+                    cause = cause.cause
+                return TurnResult(
+                    request_id=request_id,
+                    conversation_id=conversation_id,
+                    turn_number=record.turn_number,
+                    workflow_id=handle.id,
+                    status="error",
+                    error=ErrorInfo(
+                        type=getattr(cause, "type", None) or type(cause).__name__,
+                        message=getattr(cause, "message", None) or str(cause),
+                    ),
+                )
             await asyncio.sleep(poll_s)
 
     async def turn_number(self, conversation_id: str, request_id: str, poll_s: float = 0.05) -> int:

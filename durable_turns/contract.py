@@ -130,6 +130,12 @@ WORKER_SHUTDOWN = "WorkerShutdown"
 TOOL_TIMEOUT = "ToolTimeout"
 TOOL_ERROR = "ToolError"
 """A tool that timed out or raised, retried as a new attempt (only with ``@tool(retries=…)``)."""
+STORE_UNAVAILABLE = "StoreUnavailable"
+"""The transcript store could not be reached for as long as the activity attempt could wait
+(retryable: the next attempt waits again)."""
+TURN_TAKEN_OVER = "TurnTakenOver"
+"""The turn's stored data belongs to another workflow run (``TurnRef.owner``): this run may
+not write into it (non-retryable)."""
 
 CONTINUE_PROMPT = (
     "Continue your previous response from exactly where it left off. Do not repeat any of it."
@@ -441,6 +447,12 @@ class TurnRef(_Wire):
     conversation_id: str
     turn_number: int
     request_id: str
+    owner: str = ""
+    """The TurnWorkflow run that runs the turn (its first execution run id): the store keeps
+    the turn's steps, tool results and messages for that run alone. "" from before owners."""
+    by_conversation: bool = False
+    """The turn was started by its conversation (it may take the turn over from a run started
+    elsewhere, never the other way round)."""
 
     @property
     def turn_id(self) -> str:

@@ -128,6 +128,9 @@ class TurnWorkflow:
             conversation_id=inp.conversation_id,
             turn_number=inp.turn_number,
             request_id=inp.request_id or workflow.info().workflow_id,
+            owner=workflow.info().first_execution_run_id,
+            by_conversation=getattr(workflow.info().parent, "workflow_id", None)
+            == inp.conversation_id,
         )
         result = await self._run_turn(inp, ref)
         workflow.upsert_search_attributes([TURN_STATUS.value_set(result.status)])

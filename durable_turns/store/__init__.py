@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from durable_turns.store.base import (
     StepRecord,
+    StoreUnavailable,
     ToolResultRecord,
     TranscriptStore,
+    TurnNotOwned,
     TurnRecord,
     mask_url,
 )
@@ -33,8 +35,10 @@ def open_store(url: str) -> TranscriptStore:
 
 __all__ = [
     "StepRecord",
+    "StoreUnavailable",
     "ToolResultRecord",
     "TranscriptStore",
+    "TurnNotOwned",
     "TurnRecord",
     "mask_url",
     "open_store",

@@ -12,7 +12,7 @@ import abc
 import functools
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from temporalio.exceptions import ApplicationError
@@ -34,6 +34,63 @@ class TurnRecord(BaseModel):
     run: int = 0
     """Re-runs of the turn after a context compaction."""
     error: dict[str, Any] | None = None
+    owner: str = ""
+    """The workflow run that runs this turn (its first execution run id): its steps, tool
+    results and messages belong to that run; "" for a record written before owners existed."""
+    by_conversation: bool = False
+    """The owner was started by the turn's own conversation (not directly by a client)."""
+
+
+class StoreUnavailable(Exception):
+    """The store cannot be reached now (connection refused or lost, the database locked past
+    its busy timeout, the server restarting): the same call may succeed later."""
+
+
+class TurnNotOwned(Exception):
+    """A write into a turn that another workflow run owns (``TurnRecord.owner``)."""
+
+    def __init__(self, turn_id: str, owner: str | None) -> None:
+        super().__init__(f"turn {turn_id} is run by another workflow run ({owner or 'none'})")
+        self.turn_id = turn_id
+
+
+Claim = Literal["new", "keep", "take_over", "refuse"]
+
+
+def claim_decision(current: TurnRecord | None, claimant: TurnRecord) -> Claim:
+    """What ``claim_turn`` does when ``claimant`` begins a turn ``current`` holds.
+
+    A turn's data belongs to the run that made it and is never reused by another run. The
+    turn's own conversation takes over a turn some other run holds (its data is deleted); a
+    directly started turn takes over only another directly started one, never a
+    conversation's turn. A record from before owners existed is adopted by its conversation.
+    """
+    if current is None:
+        return "new"
+    if current.owner == claimant.owner or not claimant.owner:
+        return "keep"  # its own retry or re-run; or a caller from before owners existed
+    if not current.owner:
+        return "keep" if claimant.by_conversation else "refuse"
+    if claimant.by_conversation or not current.by_conversation:
+        return "take_over"
+    return "refuse"
+
+
+def kept_record(current: TurnRecord, claimant: TurnRecord) -> TurnRecord:
+    """The record a "keep" claim stores: the claimant's, with the stored owner if it has none."""
+    if claimant.owner:
+        return claimant
+    return claimant.model_copy(
+        update={"owner": current.owner, "by_conversation": current.by_conversation}
+    )
+
+
+def owns(record_owner: str | None, owner: str | None) -> bool:
+    """Whether a write by ``owner`` may go into a turn whose record has ``record_owner``
+    (None: no record). No ``owner``: a caller from before owners existed, not checked."""
+    if not owner:
+        return True
+    return record_owner is not None and record_owner in (owner, "")
 
 
 class StepRecord(BaseModel):
@@ -83,6 +140,7 @@ STORE_METHODS = (
     "put_message",
     "messages",
     "save_turn",
+    "claim_turn",
     "get_turn",
     "last_turn_number",
     "save_step",
@@ -144,15 +202,28 @@ class TranscriptStore(abc.ABC):
     async def close(self) -> None: ...
 
     # messages
+    # Writes that name an ``owner`` go into a turn only while that run owns it (or the turn
+    # record predates owners), else raise TurnNotOwned; the check and the write are atomic.
+
     @abc.abstractmethod
     async def add_messages(
-        self, conversation_id: str, messages: list[Message], turn_id: str | None = None
+        self,
+        conversation_id: str,
+        messages: list[Message],
+        turn_id: str | None = None,
+        *,
+        owner: str | None = None,
     ) -> None:
         """Append messages; a message whose id is already stored is left as it is."""
 
     @abc.abstractmethod
     async def put_message(
-        self, conversation_id: str, message: Message, turn_id: str | None = None
+        self,
+        conversation_id: str,
+        message: Message,
+        turn_id: str | None = None,
+        *,
+        owner: str | None = None,
     ) -> None:
         """Insert or replace one message (keeps its position in the transcript)."""
 
@@ -163,7 +234,14 @@ class TranscriptStore(abc.ABC):
     # turns
     @abc.abstractmethod
     async def save_turn(self, turn: TurnRecord) -> None:
-        """Insert or replace a turn record."""
+        """Insert or replace a turn record. With ``turn.owner`` set, only while that run owns
+        the turn (else TurnNotOwned); without, the stored owner is kept."""
+
+    @abc.abstractmethod
+    async def claim_turn(self, turn: TurnRecord) -> bool:
+        """Begin ``turn`` for ``turn.owner`` (see :func:`claim_decision`): store the record,
+        first deleting the steps, tool results and messages of a run it takes the turn over
+        from. False, and nothing written, when the turn is not this run's to take."""
 
     @abc.abstractmethod
     async def get_turn(self, turn_id: str) -> TurnRecord | None: ...
@@ -174,7 +252,9 @@ class TranscriptStore(abc.ABC):
 
     # steps
     @abc.abstractmethod
-    async def save_step(self, turn_id: str, step: StepRecord) -> StepRecord:
+    async def save_step(
+        self, turn_id: str, step: StepRecord, *, owner: str | None = None
+    ) -> StepRecord:
         """Store a step's output unless one is stored already; return the stored one."""
 
     @abc.abstractmethod
@@ -183,7 +263,9 @@ class TranscriptStore(abc.ABC):
 
     # tool results
     @abc.abstractmethod
-    async def save_tool_result(self, turn_id: str, result: ToolResultRecord) -> ToolResultRecord:
+    async def save_tool_result(
+        self, turn_id: str, result: ToolResultRecord, *, owner: str | None = None
+    ) -> ToolResultRecord:
         """Store a tool result unless one is stored for that call id; return the stored one."""
 
     @abc.abstractmethod

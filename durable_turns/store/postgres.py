@@ -13,7 +13,10 @@ duplicate a row:
   ``(conversation_id, id)``; ``add_messages`` inserts or ignores, one batch per conversation
   at a time (a transaction-scoped advisory lock), so a batch is never interleaved with
   another; ``put_message`` upserts and keeps the message's original position.
-* ``turns``: keyed by ``turn_id``, upserted.
+* ``turns``: keyed by ``turn_id``, upserted; ``owner`` is the workflow run the turn belongs to
+  (``claim_turn``). A write naming an owner first takes the turn's row ``FOR SHARE`` and
+  checks it, and a take-over holds the row ``FOR UPDATE`` while it deletes the old run's
+  rows: a write and a take-over never interleave.
 * ``steps``: keyed by ``(turn_id, run, step)``; the first write wins and ``save_step``
   returns the stored record.
 * ``tool_results``: keyed by ``(turn_id, tool_call_id)``; the first write wins.
@@ -42,8 +45,12 @@ deployments, or test runs, can share one database.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import re
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
@@ -51,10 +58,15 @@ import asyncpg
 from durable_turns.messages import Message
 from durable_turns.store.base import (
     StepRecord,
+    StoreUnavailable,
     ToolResultRecord,
     TranscriptStore,
+    TurnNotOwned,
     TurnRecord,
+    claim_decision,
+    kept_record,
     mask_url,
+    owns,
 )
 
 MIGRATIONS: list[tuple[int, str]] = [
@@ -93,6 +105,13 @@ MIGRATIONS: list[tuple[int, str]] = [
         );
         """,
     ),
+    (
+        2,
+        """
+        ALTER TABLE turns ADD COLUMN owner text NOT NULL DEFAULT '';
+        CREATE INDEX messages_by_turn ON messages (turn_id);
+        """,
+    ),
 ]
 """Numbered schema migrations, applied in order; append new ones, never edit shipped ones."""
 
@@ -101,6 +120,43 @@ SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 _CONVERSATION_LOCK_CLASS = 0x7475726E  # "turn"; two-int4 advisory keys never meet bigint ones
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    OSError,  # refused, reset, unreachable
+    asyncio.TimeoutError,  # connecting timed out
+    asyncpg.PostgresConnectionError,  # class 08, and a connection lost mid-operation
+    asyncpg.CannotConnectNowError,  # the server is starting or shutting down
+    asyncpg.exceptions.OperatorInterventionError,  # admin or crash shutdown
+    asyncpg.TooManyConnectionsError,
+)
+
+
+def _is_unavailable(error: BaseException) -> bool:
+    if isinstance(error, _UNAVAILABLE):
+        return True
+    # a pooled connection that died with its server, used before the pool noticed
+    return isinstance(error, asyncpg.InterfaceError) and "closed" in str(error)
+
+
+def _available(
+    method: Callable[P, Coroutine[Any, Any, R]],
+) -> Callable[P, Coroutine[Any, Any, R]]:
+    """Connection failures become StoreUnavailable: the caller may retry the same call."""
+
+    @functools.wraps(method)
+    async def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return await method(*args, **kwargs)
+        except Exception as e:
+            if _is_unavailable(e):
+                raise StoreUnavailable(f"PostgreSQL store: {type(e).__name__}: {e}") from e
+            raise
+
+    return call
 
 
 def _lock_key(schema: str | None) -> int:
@@ -203,18 +259,38 @@ class PostgresStore(TranscriptStore):
             raise RuntimeError("PostgresStore is not open")
         return self._pool
 
+    async def _check_owner(
+        self, conn: asyncpg.Connection, turn_id: str | None, owner: str | None
+    ) -> None:
+        """Within a transaction: hold the turn's row (FOR SHARE) and check its owner."""
+        if not owner or turn_id is None:
+            return
+        current = await conn.fetchval(
+            "SELECT owner FROM turns WHERE turn_id = $1 FOR SHARE", turn_id
+        )
+        if not owns(current, owner):
+            raise TurnNotOwned(turn_id, current)
+
+    @_available
     async def schema_version(self) -> int:
         """The schema version recorded in the database."""
         return int(await self.pool.fetchval("SELECT COALESCE(MAX(version), 0) FROM schema_version"))
 
     # messages
+    @_available
     async def add_messages(
-        self, conversation_id: str, messages: list[Message], turn_id: str | None = None
+        self,
+        conversation_id: str,
+        messages: list[Message],
+        turn_id: str | None = None,
+        *,
+        owner: str | None = None,
     ) -> None:
         if not messages:
             return
         rows = [(conversation_id, m.id, m.role, turn_id, m.model_dump_json()) for m in messages]
         async with self.pool.acquire() as conn, conn.transaction():
+            await self._check_owner(conn, turn_id, owner)
             # One batch at a time per conversation: a batch's messages stay together in the
             # transcript, and two batches holding the same ids in different orders cannot
             # deadlock on each other's rows.
@@ -229,20 +305,29 @@ class PostgresStore(TranscriptStore):
                 rows,
             )
 
+    @_available
     async def put_message(
-        self, conversation_id: str, message: Message, turn_id: str | None = None
+        self,
+        conversation_id: str,
+        message: Message,
+        turn_id: str | None = None,
+        *,
+        owner: str | None = None,
     ) -> None:
-        await self.pool.execute(
-            "INSERT INTO messages (conversation_id, id, role, turn_id, body)"
-            " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (conversation_id, id)"
-            " DO UPDATE SET body = excluded.body, role = excluded.role",
-            conversation_id,
-            message.id,
-            message.role,
-            turn_id,
-            message.model_dump_json(),
-        )
+        async with self.pool.acquire() as conn, conn.transaction():
+            await self._check_owner(conn, turn_id, owner)
+            await conn.execute(
+                "INSERT INTO messages (conversation_id, id, role, turn_id, body)"
+                " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (conversation_id, id)"
+                " DO UPDATE SET body = excluded.body, role = excluded.role",
+                conversation_id,
+                message.id,
+                message.role,
+                turn_id,
+                message.model_dump_json(),
+            )
 
+    @_available
     async def messages(self, conversation_id: str) -> list[Message]:
         rows = await self.pool.fetch(
             "SELECT body FROM messages WHERE conversation_id = $1 ORDER BY seq", conversation_id
@@ -250,22 +335,72 @@ class PostgresStore(TranscriptStore):
         return [Message.model_validate_json(r["body"]) for r in rows]
 
     # turns
-    async def save_turn(self, turn: TurnRecord) -> None:
-        await self.pool.execute(
-            "INSERT INTO turns (turn_id, conversation_id, turn_number, body)"
-            " VALUES ($1, $2, $3, $4) ON CONFLICT (turn_id) DO UPDATE SET"
+    @staticmethod
+    async def _upsert_turn(conn: asyncpg.Connection, turn: TurnRecord) -> None:
+        await conn.execute(
+            "INSERT INTO turns (turn_id, conversation_id, turn_number, body, owner)"
+            " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (turn_id) DO UPDATE SET"
             " conversation_id = excluded.conversation_id,"
-            " turn_number = excluded.turn_number, body = excluded.body",
+            " turn_number = excluded.turn_number, body = excluded.body, owner = excluded.owner",
             turn.turn_id,
             turn.conversation_id,
             turn.turn_number,
             turn.model_dump_json(),
+            turn.owner,
         )
 
+    @staticmethod
+    async def _locked_turn(conn: asyncpg.Connection, turn_id: str) -> TurnRecord | None:
+        body = await conn.fetchval("SELECT body FROM turns WHERE turn_id = $1 FOR UPDATE", turn_id)
+        return TurnRecord.model_validate_json(body) if body is not None else None
+
+    @_available
+    async def save_turn(self, turn: TurnRecord) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            current = await self._locked_turn(conn, turn.turn_id)
+            if current is not None:
+                if not owns(current.owner, turn.owner):
+                    raise TurnNotOwned(turn.turn_id, current.owner)
+                turn = kept_record(current, turn)
+            await self._upsert_turn(conn, turn)
+
+    @_available
+    async def claim_turn(self, turn: TurnRecord) -> bool:
+        async with self.pool.acquire() as conn, conn.transaction():
+            inserted = await conn.fetchval(
+                "INSERT INTO turns (turn_id, conversation_id, turn_number, body, owner)"
+                " VALUES ($1, $2, $3, $4, $5) ON CONFLICT (turn_id) DO NOTHING RETURNING 1",
+                turn.turn_id,
+                turn.conversation_id,
+                turn.turn_number,
+                turn.model_dump_json(),
+                turn.owner,
+            )
+            if inserted:
+                return True
+            current = await self._locked_turn(conn, turn.turn_id)
+            decision = claim_decision(current, turn)
+            if decision == "refuse":
+                return False
+            if decision == "keep" and current is not None:
+                turn = kept_record(current, turn)
+            if decision == "take_over":
+                await conn.execute("DELETE FROM steps WHERE turn_id = $1", turn.turn_id)
+                await conn.execute("DELETE FROM tool_results WHERE turn_id = $1", turn.turn_id)
+                await conn.execute(
+                    "DELETE FROM messages WHERE conversation_id = $1 AND turn_id = $2",
+                    turn.conversation_id,
+                    turn.turn_id,
+                )
+            await self._upsert_turn(conn, turn)
+            return True
+
+    @_available
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
         body = await self.pool.fetchval("SELECT body FROM turns WHERE turn_id = $1", turn_id)
         return TurnRecord.model_validate_json(body) if body is not None else None
 
+    @_available
     async def last_turn_number(self, conversation_id: str) -> int:
         value = await self.pool.fetchval(
             "SELECT COALESCE(MAX(turn_number), 0) FROM turns WHERE conversation_id = $1",
@@ -274,19 +409,24 @@ class PostgresStore(TranscriptStore):
         return int(value)
 
     # steps
-    async def save_step(self, turn_id: str, step: StepRecord) -> StepRecord:
-        # Two statements, not one: after waiting on a concurrent insert of the same key,
-        # ON CONFLICT DO NOTHING returns no row, and only a new statement's snapshot (read
-        # committed) sees the row the other transaction committed.
-        body = await self.pool.fetchval(
-            "INSERT INTO steps (turn_id, run, step, body) VALUES ($1, $2, $3, $4)"
-            " ON CONFLICT (turn_id, run, step) DO NOTHING RETURNING body",
-            turn_id,
-            step.run,
-            step.step,
-            step.model_dump_json(),
-        )
+    @_available
+    async def save_step(
+        self, turn_id: str, step: StepRecord, *, owner: str | None = None
+    ) -> StepRecord:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await self._check_owner(conn, turn_id, owner)
+            # ON CONFLICT DO NOTHING returns no row for a key stored already: read it then.
+            body = await conn.fetchval(
+                "INSERT INTO steps (turn_id, run, step, body) VALUES ($1, $2, $3, $4)"
+                " ON CONFLICT (turn_id, run, step) DO NOTHING RETURNING body",
+                turn_id,
+                step.run,
+                step.step,
+                step.model_dump_json(),
+            )
         if body is None:
+            # A new statement's snapshot (read committed) sees a row a concurrent insert of
+            # the same key committed while this one waited on it.
             body = await self.pool.fetchval(
                 "SELECT body FROM steps WHERE turn_id = $1 AND run = $2 AND step = $3",
                 turn_id,
@@ -295,6 +435,7 @@ class PostgresStore(TranscriptStore):
             )
         return StepRecord.model_validate_json(body)
 
+    @_available
     async def steps(self, turn_id: str, run: int) -> list[StepRecord]:
         rows = await self.pool.fetch(
             "SELECT body FROM steps WHERE turn_id = $1 AND run = $2 ORDER BY step", turn_id, run
@@ -302,14 +443,19 @@ class PostgresStore(TranscriptStore):
         return [StepRecord.model_validate_json(r["body"]) for r in rows]
 
     # tool results
-    async def save_tool_result(self, turn_id: str, result: ToolResultRecord) -> ToolResultRecord:
-        body = await self.pool.fetchval(
-            "INSERT INTO tool_results (turn_id, tool_call_id, body) VALUES ($1, $2, $3)"
-            " ON CONFLICT (turn_id, tool_call_id) DO NOTHING RETURNING body",
-            turn_id,
-            result.tool_call_id,
-            result.model_dump_json(),
-        )
+    @_available
+    async def save_tool_result(
+        self, turn_id: str, result: ToolResultRecord, *, owner: str | None = None
+    ) -> ToolResultRecord:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await self._check_owner(conn, turn_id, owner)
+            body = await conn.fetchval(
+                "INSERT INTO tool_results (turn_id, tool_call_id, body) VALUES ($1, $2, $3)"
+                " ON CONFLICT (turn_id, tool_call_id) DO NOTHING RETURNING body",
+                turn_id,
+                result.tool_call_id,
+                result.model_dump_json(),
+            )
         if body is None:
             body = await self.pool.fetchval(
                 "SELECT body FROM tool_results WHERE turn_id = $1 AND tool_call_id = $2",
@@ -318,6 +464,7 @@ class PostgresStore(TranscriptStore):
             )
         return ToolResultRecord.model_validate_json(body)
 
+    @_available
     async def tool_results(self, turn_id: str) -> dict[str, ToolResultRecord]:
         rows = await self.pool.fetch(
             "SELECT body FROM tool_results WHERE turn_id = $1 ORDER BY tool_call_id", turn_id

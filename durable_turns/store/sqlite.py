@@ -7,11 +7,25 @@ and WAL lets several worker processes and readers share the file.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import sqlite3
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from durable_turns.messages import Message
 from durable_turns.sqlite_wal import SQLiteFile
-from durable_turns.store.base import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
+from durable_turns.store.base import (
+    StepRecord,
+    StoreUnavailable,
+    ToolResultRecord,
+    TranscriptStore,
+    TurnNotOwned,
+    TurnRecord,
+    claim_decision,
+    kept_record,
+    owns,
+)
+
+T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -27,7 +41,8 @@ CREATE TABLE IF NOT EXISTS turns (
     turn_id TEXT PRIMARY KEY,
     conversation_id TEXT NOT NULL,
     turn_number INTEGER NOT NULL,
-    body TEXT NOT NULL
+    body TEXT NOT NULL,
+    owner TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS turns_by_conversation ON turns (conversation_id, turn_number);
 CREATE TABLE IF NOT EXISTS steps (
@@ -45,54 +60,114 @@ CREATE TABLE IF NOT EXISTS tool_results (
 );
 """
 
+_UNAVAILABLE = ("locked", "busy", "unable to open", "disk i/o")
+"""sqlite3.OperationalError messages that say "not now" rather than "wrong"."""
+
+
+def _unavailable(error: sqlite3.OperationalError) -> bool:
+    return any(word in str(error).lower() for word in _UNAVAILABLE)
+
 
 class SQLiteStore(SQLiteFile, TranscriptStore):
     schema = SCHEMA
 
-    async def _run(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        return await asyncio.to_thread(self._run_sync, [(sql, params)])
+    async def open(self) -> None:
+        await super().open()
+        await asyncio.to_thread(self._migrate)
 
-    async def _run_many(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
-        await asyncio.to_thread(self._run_sync, statements)
-
-    def _run_sync(self, statements: list[tuple[str, tuple[Any, ...]]]) -> list[tuple[Any, ...]]:
+    def _migrate(self) -> None:
+        """Files written before turn owners existed get the ``owner`` column."""
         conn = self._db()
         with self._lock:
-            if len(statements) == 1:
-                return conn.execute(*statements[0]).fetchall()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for sql, params in statements:
-                    conn.execute(sql, params)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            return []
+            columns = {row[1] for row in conn.execute("PRAGMA table_info(turns)")}
+            if "owner" not in columns:
+                try:
+                    conn.execute("ALTER TABLE turns ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+                except sqlite3.OperationalError as e:  # another process added it meanwhile
+                    if "duplicate column" not in str(e):
+                        raise
+
+    async def _run(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        return await self._txn(lambda conn: conn.execute(sql, params).fetchall(), single=True)
+
+    async def _run_many(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            for sql, params in statements:
+                conn.execute(sql, params)
+
+        await self._txn(run)
+
+    async def _txn(self, fn: Callable[[sqlite3.Connection], T], single: bool = False) -> T:
+        """``fn`` in one write transaction (``single``: one statement, autocommit) on a
+        worker thread; "database is locked" past the busy timeout is StoreUnavailable."""
+
+        def run() -> T:
+            conn = self._db()
+            with self._lock:
+                if single:
+                    return fn(conn)
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    result = fn(conn)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
+                return result
+
+        try:
+            return await asyncio.to_thread(run)
+        except sqlite3.OperationalError as e:
+            if _unavailable(e):
+                raise StoreUnavailable(f"SQLite store {self.path}: {e}") from e
+            raise
+
+    @staticmethod
+    def _check_owner(conn: sqlite3.Connection, turn_id: str | None, owner: str | None) -> None:
+        if not owner or turn_id is None:
+            return
+        row = conn.execute("SELECT owner FROM turns WHERE turn_id = ?", (turn_id,)).fetchone()
+        if not owns(row[0] if row else None, owner):
+            raise TurnNotOwned(turn_id, row[0] if row else None)
 
     # messages
     async def add_messages(
-        self, conversation_id: str, messages: list[Message], turn_id: str | None = None
+        self,
+        conversation_id: str,
+        messages: list[Message],
+        turn_id: str | None = None,
+        *,
+        owner: str | None = None,
     ) -> None:
-        await self._run_many(
-            [
-                (
+        def run(conn: sqlite3.Connection) -> None:
+            self._check_owner(conn, turn_id, owner)
+            for m in messages:
+                conn.execute(
                     "INSERT OR IGNORE INTO messages (conversation_id, id, role, turn_id, body)"
                     " VALUES (?, ?, ?, ?, ?)",
                     (conversation_id, m.id, m.role, turn_id, m.model_dump_json()),
                 )
-                for m in messages
-            ]
-        )
+
+        await self._txn(run)
 
     async def put_message(
-        self, conversation_id: str, message: Message, turn_id: str | None = None
+        self,
+        conversation_id: str,
+        message: Message,
+        turn_id: str | None = None,
+        *,
+        owner: str | None = None,
     ) -> None:
-        await self._run(
-            "INSERT INTO messages (conversation_id, id, role, turn_id, body) VALUES (?, ?, ?, ?, ?)"
-            " ON CONFLICT (conversation_id, id) DO UPDATE SET body = excluded.body",
-            (conversation_id, message.id, message.role, turn_id, message.model_dump_json()),
-        )
+        def run(conn: sqlite3.Connection) -> None:
+            self._check_owner(conn, turn_id, owner)
+            conn.execute(
+                "INSERT INTO messages (conversation_id, id, role, turn_id, body)"
+                " VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (conversation_id, id) DO UPDATE SET body = excluded.body",
+                (conversation_id, message.id, message.role, turn_id, message.model_dump_json()),
+            )
+
+        await self._txn(run)
 
     async def messages(self, conversation_id: str) -> list[Message]:
         rows = await self._run(
@@ -101,12 +176,58 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
         return [Message.model_validate_json(body) for (body,) in rows]
 
     # turns
-    async def save_turn(self, turn: TurnRecord) -> None:
-        await self._run(
-            "INSERT INTO turns (turn_id, conversation_id, turn_number, body) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT (turn_id) DO UPDATE SET body = excluded.body",
-            (turn.turn_id, turn.conversation_id, turn.turn_number, turn.model_dump_json()),
+    @staticmethod
+    def _upsert_turn(conn: sqlite3.Connection, turn: TurnRecord) -> None:
+        conn.execute(
+            "INSERT INTO turns (turn_id, conversation_id, turn_number, body, owner)"
+            " VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT (turn_id) DO UPDATE SET body = excluded.body, owner = excluded.owner",
+            (
+                turn.turn_id,
+                turn.conversation_id,
+                turn.turn_number,
+                turn.model_dump_json(),
+                turn.owner,
+            ),
         )
+
+    @staticmethod
+    def _get_turn(conn: sqlite3.Connection, turn_id: str) -> TurnRecord | None:
+        row = conn.execute("SELECT body FROM turns WHERE turn_id = ?", (turn_id,)).fetchone()
+        return TurnRecord.model_validate_json(row[0]) if row else None
+
+    async def save_turn(self, turn: TurnRecord) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            current = self._get_turn(conn, turn.turn_id)
+            if current is not None:
+                if not owns(current.owner, turn.owner):
+                    raise TurnNotOwned(turn.turn_id, current.owner)
+                self._upsert_turn(conn, kept_record(current, turn))
+            else:
+                self._upsert_turn(conn, turn)
+
+        await self._txn(run)
+
+    async def claim_turn(self, turn: TurnRecord) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            current = self._get_turn(conn, turn.turn_id)
+            decision = claim_decision(current, turn)
+            if decision == "refuse":
+                return False
+            record = turn
+            if decision == "keep" and current is not None:
+                record = kept_record(current, turn)
+            if decision == "take_over":
+                for table in ("steps", "tool_results"):
+                    conn.execute(f"DELETE FROM {table} WHERE turn_id = ?", (turn.turn_id,))
+                conn.execute(
+                    "DELETE FROM messages WHERE conversation_id = ? AND turn_id = ?",
+                    (turn.conversation_id, turn.turn_id),
+                )
+            self._upsert_turn(conn, record)
+            return True
+
+        return await self._txn(run)
 
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
         rows = await self._run("SELECT body FROM turns WHERE turn_id = ?", (turn_id,))
@@ -120,16 +241,22 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
         return int(rows[0][0])
 
     # steps
-    async def save_step(self, turn_id: str, step: StepRecord) -> StepRecord:
-        await self._run(
-            "INSERT OR IGNORE INTO steps (turn_id, run, step, body) VALUES (?, ?, ?, ?)",
-            (turn_id, step.run, step.step, step.model_dump_json()),
-        )
-        rows = await self._run(
-            "SELECT body FROM steps WHERE turn_id = ? AND run = ? AND step = ?",
-            (turn_id, step.run, step.step),
-        )
-        return StepRecord.model_validate_json(rows[0][0])
+    async def save_step(
+        self, turn_id: str, step: StepRecord, *, owner: str | None = None
+    ) -> StepRecord:
+        def run(conn: sqlite3.Connection) -> str:
+            self._check_owner(conn, turn_id, owner)
+            conn.execute(
+                "INSERT OR IGNORE INTO steps (turn_id, run, step, body) VALUES (?, ?, ?, ?)",
+                (turn_id, step.run, step.step, step.model_dump_json()),
+            )
+            row = conn.execute(
+                "SELECT body FROM steps WHERE turn_id = ? AND run = ? AND step = ?",
+                (turn_id, step.run, step.step),
+            ).fetchone()
+            return str(row[0])
+
+        return StepRecord.model_validate_json(await self._txn(run))
 
     async def steps(self, turn_id: str, run: int) -> list[StepRecord]:
         rows = await self._run(
@@ -138,16 +265,22 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
         return [StepRecord.model_validate_json(body) for (body,) in rows]
 
     # tool results
-    async def save_tool_result(self, turn_id: str, result: ToolResultRecord) -> ToolResultRecord:
-        await self._run(
-            "INSERT OR IGNORE INTO tool_results (turn_id, tool_call_id, body) VALUES (?, ?, ?)",
-            (turn_id, result.tool_call_id, result.model_dump_json()),
-        )
-        rows = await self._run(
-            "SELECT body FROM tool_results WHERE turn_id = ? AND tool_call_id = ?",
-            (turn_id, result.tool_call_id),
-        )
-        return ToolResultRecord.model_validate_json(rows[0][0])
+    async def save_tool_result(
+        self, turn_id: str, result: ToolResultRecord, *, owner: str | None = None
+    ) -> ToolResultRecord:
+        def run(conn: sqlite3.Connection) -> str:
+            self._check_owner(conn, turn_id, owner)
+            conn.execute(
+                "INSERT OR IGNORE INTO tool_results (turn_id, tool_call_id, body) VALUES (?, ?, ?)",
+                (turn_id, result.tool_call_id, result.model_dump_json()),
+            )
+            row = conn.execute(
+                "SELECT body FROM tool_results WHERE turn_id = ? AND tool_call_id = ?",
+                (turn_id, result.tool_call_id),
+            ).fetchone()
+            return str(row[0])
+
+        return ToolResultRecord.model_validate_json(await self._txn(run))
 
     async def tool_results(self, turn_id: str) -> dict[str, ToolResultRecord]:
         rows = await self._run("SELECT body FROM tool_results WHERE turn_id = ?", (turn_id,))
