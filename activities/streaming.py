@@ -113,6 +113,11 @@ def accumulate(snapshot: StepSnapshot, chunk: StreamPart) -> StepSnapshot:
                 part.signature = (part.signature or "") + chunk.signature
             if chunk.redacted_data:
                 part.redacted_data = chunk.redacted_data
+            if chunk.provider_metadata:
+                merged = dict(part.provider_metadata or {})
+                for provider, values in chunk.provider_metadata.items():
+                    merged[provider] = {**merged.get(provider, {}), **values}
+                part.provider_metadata = merged
         case ReasoningEnd():
             snapshot._reasoning_closed = True  # the next reasoning delta opens a new part
         case ToolInputStart(tool_call_id=call_id):

@@ -142,6 +142,8 @@ class ReasoningDelta(_Model):
     text: str = ""
     signature: str | None = None
     redacted_data: str | None = None
+    provider_metadata: dict[str, Any] | None = None
+    """Merged into the reasoning part's (per provider), e.g. OpenAI's reasoning item id."""
 
 
 class ReasoningEnd(_Model):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
 from temporalio.api.enums.v1 import EventType
 
 from durable_turns.contract import PROVIDER_ERROR, turn_workflow_id
@@ -23,7 +22,7 @@ from durable_turns.messages import (
     ToolCallPart,
     ToolResultPart,
 )
-from tests.llm_server import LLMServer, Reply
+from tests.llm_server import FIXTURES, LLMServer, Reply
 from tests.support.harness import Harness
 from tests.support.hooks import calls, wait_for_hook
 from tests.support.provider_hooks import api_requests, start_provider_worker
@@ -115,27 +114,39 @@ async def test_tool_turn_sends_the_call_and_its_output_back(
     assert s1["response"]["model"] == "gpt-5.5-2026-04-23"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "engine gap: durable_turns/models/openai.py drops Responses reasoning items (the module"
-        " docstring: 'encrypted reasoning items are not kept'); the stream's reasoning item"
-        " (id + encrypted_content) is never stored, and to_responses_input() emits no"
-        " {'type': 'reasoning'} item before the function_call on the next step, although"
-        " docs/hooks.md says the model gets its own reasoning back within a turn and OpenAI"
-        " asks for reasoning items to be passed back with function calls"
-    ),
-)
 async def test_tool_turn_sends_the_reasoning_item_back_within_the_turn(
     server: LLMServer, harness: Harness
 ) -> None:
+    """Step 0's reasoning item (id and encrypted content, no summary was asked for) goes
+    back on step 1, before the commentary and the call that followed it."""
     result = await capital_turn(harness, server, "resp-reason-back")
     assert result.status == "completed"
-    second = api_requests(server)[1].body
-    reasoning = items_of(second, "reasoning")
-    assert [r.get("id") for r in reasoning] == [CAPITAL_REASONING]
-    [call] = items_of(second, "function_call")
-    assert second["input"].index(reasoning[0]) < second["input"].index(call)
+    first, second = (r.body for r in api_requests(server))
+    assert items_of(first, "reasoning") == []
+    recorded = next(
+        json.loads(line.removeprefix("data: "))["item"]
+        for line in FIXTURES.joinpath("openai/responses_reasoning_text_function_call.sse")
+        .read_text()
+        .splitlines()
+        if line.startswith("data: ") and '"response.output_item.done"' in line and '"rs_' in line
+    )
+    assert second["input"][1:] == [
+        {
+            "type": "reasoning",
+            "id": CAPITAL_REASONING,
+            "summary": [],
+            "encrypted_content": recorded["encrypted_content"],
+        },
+        {"role": "assistant", "content": "I’ll check the capital lookup tool for “PotatoLand.”"},
+        {
+            "type": "function_call",
+            "call_id": CAPITAL_CALL,
+            "name": "get_capital",
+            "arguments": json.dumps({"country": "PotatoLand"}),
+        },
+        {"type": "function_call_output", "call_id": CAPITAL_CALL, "output": "Potato City"},
+    ]
+    assert "include" not in second  # store is the default: the id would do, too
 
 
 async def test_reasoning_summary_is_stored_in_the_transcript(

@@ -29,7 +29,13 @@ from durable_turns.messages import (
     user_message,
 )
 from durable_turns.models.base import ModelRequest, ProviderError
-from durable_turns.models.openai import PLACEHOLDER_KEY, OpenAIProvider, chat_body
+from durable_turns.models.openai import (
+    PLACEHOLDER_KEY,
+    OpenAIProvider,
+    chat_body,
+    responses_body,
+    to_responses_input,
+)
 from tests.llm_server import LLMServer, Reply
 from tests.support.harness import Harness
 
@@ -356,7 +362,20 @@ async def test_responses_function_call_and_reasoning_tokens(
         responses,
         request(tools=[WEATHER], tool_choice={"type": "tool", "tool_name": "get_weather"}),
     )
-    assert [type(p).__name__ for p in parts][:2] == ["ToolInputStart", "ToolInputDelta"]
+    # The reasoning item (no summary) becomes an empty part carrying its id and content.
+    assert [type(p).__name__ for p in parts][:4] == [
+        "ReasoningDelta",
+        "ReasoningEnd",
+        "ToolInputStart",
+        "ToolInputDelta",
+    ]
+    [reasoning] = [p for p in snap.parts if isinstance(p, ReasoningPart)]
+    meta = (reasoning.provider_metadata or {})["openai"]
+    assert (reasoning.text, meta["item_id"]) == (
+        "",
+        "rs_0050471a34b36ae60068c97bac4dcc819595fd0f80d6b3c405",
+    )
+    assert meta["encrypted_content"].startswith("gAAAAA")
     assert "".join(p.delta for p in parts if isinstance(p, ToolInputDelta)) == '{"result":6666}'
     [call] = snap.tool_calls
     assert (call.tool_call_id, call.tool_name, call.input) == (
@@ -390,6 +409,112 @@ async def test_responses_text_then_function_call(
         ("get_capital", {"country": "PotatoLand"})
     ]
     assert snap.finish is not None and snap.finish.usage.reasoning_tokens == 26
+
+
+async def test_responses_reasoning_summary_keeps_the_item(
+    server: LLMServer, responses: OpenAIProvider
+) -> None:
+    """A summarised reasoning item is one part: its summary, its id and encrypted content."""
+    server.script("openai/responses_calculator.1.sse")
+    parts, snap = await run(responses, request())
+    [reasoning] = [p for p in snap.parts if isinstance(p, ReasoningPart)]
+    assert reasoning.text.startswith("**Calculating step-by-step using calculator**")
+    meta = (reasoning.provider_metadata or {})["openai"]
+    assert meta["item_id"] == "rs_01830d662ab3856501693c321405c88190be3ab04d5782d5f9"
+    assert meta["encrypted_content"].startswith("gAAAAA")
+    tagged = [p for p in parts if isinstance(p, ReasoningDelta) and p.provider_metadata]
+    assert len(tagged) == 2  # the first delta (the id) and the item's end (the content)
+    assert [type(p) for p in snap.parts] == [ReasoningPart, ToolCallPart]
+
+
+def openai_reasoning(text: str, item_id: str, encrypted: str | None = None) -> ReasoningPart:
+    meta: dict[str, object] = {"item_id": item_id}
+    if encrypted:
+        meta["encrypted_content"] = encrypted
+    return ReasoningPart(text=text, provider_metadata={"openai": meta})
+
+
+def reasoning_turn(*reasoning: ReasoningPart) -> list[Message]:
+    """A user message, then a turn in progress: reasoning, commentary, a call and its result."""
+    return [
+        user_message("Capital of PotatoLand?"),
+        Message(
+            role="assistant",
+            parts=[
+                StepStartPart(),
+                *reasoning,
+                TextPart(text="Looking it up."),
+                ToolCallPart(tool_call_id="c1", tool_name="get_capital", input={"country": "P"}),
+                ToolResultPart(tool_call_id="c1", tool_name="get_capital", output="Potato City"),
+            ],
+        ),
+    ]
+
+
+CALL_ITEMS = [
+    {"role": "assistant", "content": "Looking it up."},
+    {
+        "type": "function_call",
+        "call_id": "c1",
+        "name": "get_capital",
+        "arguments": '{"country": "P"}',
+    },
+    {"type": "function_call_output", "call_id": "c1", "output": "Potato City"},
+]
+
+
+def test_responses_input_sends_the_turns_reasoning_item_first() -> None:
+    """Summary parts of one item join into one item, sent before what followed it; the
+    encrypted content comes from whichever part has it."""
+    messages = reasoning_turn(
+        openai_reasoning("First.", "rs_1"), openai_reasoning("Second.", "rs_1", "enc")
+    )
+    assert to_responses_input(messages)[1:] == [
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [
+                {"type": "summary_text", "text": "First."},
+                {"type": "summary_text", "text": "Second."},
+            ],
+            "encrypted_content": "enc",
+        },
+        *CALL_ITEMS,
+    ]
+    assert to_responses_input(messages, send_reasoning=False)[1:] == CALL_ITEMS
+
+
+def test_responses_input_skips_reasoning_it_cannot_send() -> None:
+    anthropic = ReasoningPart(text="thinking", signature="sig")  # after a provider switch
+    chat = ReasoningPart(text="vLLM reasoning")  # Chat Completions: no item
+    messages = reasoning_turn(anthropic, chat)
+    assert to_responses_input(messages)[1:] == CALL_ITEMS
+    # With store false an item without its encrypted content cannot be looked up.
+    only_id = reasoning_turn(openai_reasoning("", "rs_1"))
+    assert to_responses_input(only_id, store=False)[1:] == CALL_ITEMS
+    assert to_responses_input(only_id)[1] == {"type": "reasoning", "id": "rs_1", "summary": []}
+    # An earlier turn's reasoning stays behind (the model ignores it; stored items expire).
+    later = [*reasoning_turn(openai_reasoning("Old.", "rs_0", "enc")), user_message("And?")]
+    assert items_of_type(to_responses_input(later), "reasoning") == []
+
+
+def items_of_type(items: list[dict[str, object]], kind: str) -> list[dict[str, object]]:
+    return [i for i in items if i.get("type") == kind]
+
+
+def test_responses_body_asks_for_encrypted_reasoning_only_when_it_is_safe() -> None:
+    def body(**options: object) -> dict[str, object]:
+        return responses_body(request(provider_options={"openai": options}))[0]
+
+    assert "include" not in body()  # stored: the id is enough
+    assert "include" not in body(store=False)  # non-reasoning models reject the include
+    reasoning = {"effort": "low"}
+    assert "include" not in body(reasoning=reasoning)
+    assert body(store=False, reasoning=reasoning)["include"] == ["reasoning.encrypted_content"]
+    mine = body(store=False, reasoning=reasoning, include=["message.output_text.logprobs"])
+    assert mine["include"] == ["message.output_text.logprobs", "reasoning.encrypted_content"]
+    kept = body(store=False, include=["reasoning.encrypted_content"])
+    assert kept["include"] == ["reasoning.encrypted_content"]
 
 
 async def test_responses_legacy_events_without_sequence_numbers(

@@ -26,8 +26,16 @@ Why it is shaped like this:
   reject ``max_tokens``) and as ``max_tokens`` to a custom base URL (what servers accept).
 * Structured output is native: ``response_format`` json_schema (Chat), ``text.format``
   (Responses), with ``strict: false`` so any schema is accepted; the engine validates.
-* Reasoning is not sent back: neither API takes another step's reasoning text, and the
-  Responses API's encrypted reasoning items are not kept (requests are stateless).
+* Reasoning: Chat Completions takes no reasoning back, so it is not sent. A Responses
+  reasoning item is kept on its reasoning parts (``provider_metadata["openai"]``:
+  ``item_id``, and ``encrypted_content`` when the response has it) and sent back, with its
+  summary, before the text and calls that followed it, within the turn (as OpenAI asks).
+  Reasoning without an item id (Anthropic thinking after a model switch, Chat Completions
+  reasoning) is not sent. The
+  requests are stateless but ``store`` is the API's default (true), so the id is enough;
+  with ``store: false`` only items with encrypted content can go back, and
+  ``include: ["reasoning.encrypted_content"]`` is added for you only when ``reasoning`` is
+  configured too (non-reasoning models reject it): otherwise add it to the options.
 """
 
 from __future__ import annotations
@@ -43,8 +51,10 @@ from durable_turns.messages import (
     FinishChunk,
     FinishReason,
     Message,
+    Part,
     ReasoningDelta,
     ReasoningEnd,
+    ReasoningPart,
     StreamPart,
     TextDelta,
     TextPart,
@@ -82,6 +92,7 @@ from durable_turns.models.providers import (
 PLACEHOLDER_KEY = "sk-no-key-required"
 CHARS_PER_TOKEN = 4.0
 APIS = ("chat", "responses")
+ENCRYPTED = "reasoning.encrypted_content"
 
 CHAT_FINISH: dict[str, FinishReason] = {
     "stop": "stop",
@@ -275,7 +286,10 @@ def chat_body(request: ModelRequest, *, custom_server: bool) -> tuple[dict[str, 
 
 def responses_body(request: ModelRequest) -> tuple[dict[str, Any], list[str]]:
     """The Responses body (without model and stream) and warnings."""
-    body: dict[str, Any] = {"input": to_responses_input(request.messages)}
+    options = _options(request)
+    store = options.get("store") is not False
+    items = to_responses_input(request.messages, send_reasoning=request.send_reasoning, store=store)
+    body: dict[str, Any] = {"input": items}
     if request.system:
         body["instructions"] = request.system
     if request.max_output_tokens is not None:
@@ -313,6 +327,11 @@ def responses_body(request: ModelRequest) -> tuple[dict[str, Any], list[str]]:
             }
         }
     body.update(_cached(request))
+    include = body.get("include")
+    if not store and "reasoning" in options and ENCRYPTED not in (include or []):
+        # Without it a stateless request gets reasoning items it cannot send back. Only
+        # asked for when reasoning is configured: non-reasoning models reject it.
+        body["include"] = [*(include or []), ENCRYPTED]
     return body, warnings
 
 
@@ -382,10 +401,21 @@ def _chat_user(message: Message) -> list[dict[str, Any]]:
     return out
 
 
-def to_responses_input(messages: list[Message]) -> list[dict[str, Any]]:
-    """Responses input items: messages, and ``function_call`` / ``function_call_output``."""
+def to_responses_input(
+    messages: list[Message], *, send_reasoning: bool = True, store: bool = True
+) -> list[dict[str, Any]]:
+    """Responses input items: messages, ``reasoning``, ``function_call`` and
+    ``function_call_output``.
+
+    A step's items keep their order: a reasoning item goes back before the text and calls
+    that followed it, within the turn (after the last user message; the model ignores older
+    reasoning, and stored items expire). Only reasoning from this API is sent (parts tagged
+    with the item's id; summary parts of one item are joined), and with ``store: false``
+    only items with their ``encrypted_content`` (the API cannot look the others up)."""
     items: list[dict[str, Any]] = []
-    for message in messages:
+    users = [n for n, m in enumerate(messages) if m.role == "user"]
+    turn_start = users[-1] if users else -1
+    for n, message in enumerate(messages):
         if message.role in ("system", "user"):
             content: list[dict[str, Any]] = []
             for part in message.parts:
@@ -400,18 +430,30 @@ def to_responses_input(messages: list[Message]) -> list[dict[str, Any]]:
             items.append({"role": message.role, "content": content})
             continue
         for step in split_steps(message.parts):
-            text = "".join(p.text for p in step if isinstance(p, TextPart))
-            if text:
-                items.append({"role": "assistant", "content": text})
-            for call in (p for p in step if isinstance(p, ToolCallPart)):
-                items.append(
-                    {
+            within = send_reasoning and n > turn_start
+            reasoning = _reasoning_items(step, store) if within else {}
+            text: list[str] = []
+            for part in step:
+                if isinstance(part, TextPart):
+                    text.append(part.text)
+                    continue
+                if isinstance(part, ReasoningPart) and id(part) in reasoning:
+                    item = reasoning[id(part)]
+                elif isinstance(part, ToolCallPart):
+                    item = {
                         "type": "function_call",
-                        "call_id": call.tool_call_id,
-                        "name": call.tool_name,
-                        "arguments": tool_input_json(call.input),
+                        "call_id": part.tool_call_id,
+                        "name": part.tool_name,
+                        "arguments": tool_input_json(part.input),
                     }
-                )
+                else:
+                    continue
+                if "".join(text):  # the text before it
+                    items.append({"role": "assistant", "content": "".join(text)})
+                text.clear()
+                items.append(item)
+            if "".join(text):
+                items.append({"role": "assistant", "content": "".join(text)})
             for result in step_results(step):
                 content_text = tool_output_text(result.output)
                 items.append(
@@ -422,6 +464,35 @@ def to_responses_input(messages: list[Message]) -> list[dict[str, Any]]:
                     }
                 )
     return items
+
+
+def _reasoning_items(step: list[Part], store: bool) -> dict[int, dict[str, Any]]:
+    """The step's reasoning items to send back, keyed by ``id()`` of the first part of each
+    (its other parts add their summary or content to it)."""
+    found: dict[str, dict[str, Any]] = {}
+    first: dict[str, int] = {}
+    for part in step:
+        if not isinstance(part, ReasoningPart):
+            continue
+        meta = (part.provider_metadata or {}).get("openai")
+        if not isinstance(meta, dict) or not meta.get("item_id"):
+            continue  # another provider's reasoning (or another API's): not sendable
+        item_id = str(meta["item_id"])
+        item = found.get(item_id)
+        if item is None:
+            item = found[item_id] = {"type": "reasoning", "id": item_id, "summary": []}
+            first[item_id] = id(part)
+        if meta.get("encrypted_content"):
+            item["encrypted_content"] = meta["encrypted_content"]
+        if part.text and meta.get("raw"):
+            item.setdefault("content", []).append({"type": "reasoning_text", "text": part.text})
+        elif part.text:
+            item["summary"].append({"type": "summary_text", "text": part.text})
+    return {
+        first[item_id]: item
+        for item_id, item in found.items()
+        if store or item.get("encrypted_content")
+    }
 
 
 # --- Chat Completions stream -------------------------------------------------------------
@@ -539,31 +610,55 @@ def _chat_usage(raw: Any) -> Usage:
 async def responses_parts(
     events: AsyncIterator[Any], warnings: list[str]
 ) -> AsyncIterator[StreamPart]:
-    """Responses stream events → stream parts."""
+    """Responses stream events → stream parts.
+
+    Each summary part of a reasoning item becomes a reasoning part tagged with the item's id
+    (``provider_metadata["openai"]["item_id"]``); when the item is done, its
+    ``encrypted_content`` is added to the last one (an item without a summary still gets an
+    empty part), so ``to_responses_input`` can send the item back."""
     calls: dict[str, _Call] = {}  # by item id
     done_calls = 0
-    reasoning = False
+    reasoning = False  # a reasoning part is open
+    part_done = False  # ...and its summary part has ended (closed on the next one)
+    item_id: str | None = None  # the reasoning item being streamed
     final: Any = None
     async for event in events:
         kind = getattr(event, "type", "")
         if kind == "response.output_text.delta" or kind == "response.refusal.delta":
             if reasoning:
-                reasoning = False
+                reasoning = part_done = False
                 yield ReasoningEnd()
             if event.delta:
                 yield TextDelta(text=event.delta)
         elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
             if event.delta:
+                if part_done:
+                    reasoning = part_done = False
+                    yield ReasoningEnd()
+                tag = None
+                if not reasoning and item_id is not None:
+                    raw = kind == "response.reasoning_text.delta"  # content, not a summary
+                    tag = {"openai": {"item_id": item_id, **({"raw": True} if raw else {})}}
                 reasoning = True
-                yield ReasoningDelta(text=event.delta)
+                yield ReasoningDelta(text=event.delta, provider_metadata=tag)
         elif kind == "response.reasoning_summary_part.done" and reasoning:
-            reasoning = False
+            part_done = True
+        elif kind == "response.output_item.added" and event.item.type == "reasoning":
+            item_id = getattr(event.item, "id", None)
+        elif kind == "response.output_item.done" and event.item.type == "reasoning":
+            item = event.item
+            metadata: dict[str, Any] = {"item_id": item.id}
+            if getattr(item, "encrypted_content", None):
+                metadata["encrypted_content"] = item.encrypted_content
+            yield ReasoningDelta(provider_metadata={"openai": metadata})
+            reasoning = part_done = False
+            item_id = None
             yield ReasoningEnd()
         elif kind == "response.output_item.added" and event.item.type == "function_call":
             item = event.item
             calls[item.id] = _Call(item.call_id, item.name)
             if reasoning:
-                reasoning = False
+                reasoning = part_done = False
                 yield ReasoningEnd()
             yield ToolInputStart(tool_call_id=item.call_id, tool_name=item.name)
         elif kind == "response.function_call_arguments.delta":
@@ -579,9 +674,6 @@ async def responses_parts(
             yield ToolCallChunk(
                 tool_call_id=item.call_id, tool_name=item.name, input=value, input_error=error
             )
-        elif kind == "response.output_item.done" and event.item.type == "reasoning" and reasoning:
-            reasoning = False
-            yield ReasoningEnd()
         elif kind in ("response.completed", "response.incomplete"):
             final = event.response
         elif kind == "response.failed":
