@@ -46,8 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.api.history.v1 import History
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
 from bench.common import (
@@ -66,7 +65,7 @@ from bench.common import (
 )
 from durable_turns.client import TurnsClient
 from durable_turns.codec import data_converter_from_env
-from durable_turns.contract import TurnInput, TurnResult
+from durable_turns.contract import TurnInput
 from durable_turns.devserver import FAST_DYNAMIC_CONFIG, EmbeddedServer, temporal_binary
 from durable_turns.messages import Message, StepStartPart, TextPart, ToolCallPart, ToolResultPart
 from durable_turns.models.demo import _WORDS  # how the demo model splits text into chunks
@@ -294,7 +293,9 @@ async def converse(
             sent.attempts += 1
             try:
                 result = await asyncio.wait_for(
-                    turns.send(exp.conversation, exp.user_text, model=model, request_id=exp.request_id),
+                    turns.send(
+                        exp.conversation, exp.user_text, model=model, request_id=exp.request_id
+                    ),
                     timeout=min(ATTEMPT_TIMEOUT_S, remaining),
                 )
                 sent.result = result.model_dump(mode="json")
@@ -346,7 +347,7 @@ class Execution:
     run_id: str
     status: str
     request_id: str
-    history: History
+    history: WorkflowHistory
 
 
 async def turn_executions(client: Client, queue: str) -> list[Execution]:
@@ -388,7 +389,9 @@ def audit_turn(
     if result is None:
         if not running:
             why = "never sent" if sent is None else f"no result after {sent.attempts} attempt(s)"
-            problems.append(f"lost: {why}" + (f"; last error {sent.errors[-1]}" if sent and sent.errors else ""))
+            problems.append(
+                f"lost: {why}" + (f"; last error {sent.errors[-1]}" if sent and sent.errors else "")
+            )
     elif result["status"] != "completed":
         problems.append(f"failed: status {result['status']}, error {result.get('error')}")
     elif result["text"] != exp.result_text:
@@ -424,7 +427,7 @@ def audit_turn(
     return problems
 
 
-def disruptions(history: History) -> list[str]:
+def disruptions(history: WorkflowHistory) -> list[str]:
     """What in a turn's history shows it was hit: retried activities, timed-out tasks."""
     seen = []
     for event in history.events:
@@ -442,7 +445,9 @@ def disruptions(history: History) -> list[str]:
     return seen
 
 
-def identities(history: History, since: float | None = None, until: float | None = None) -> set[str]:
+def identities(
+    history: WorkflowHistory, since: float | None = None, until: float | None = None
+) -> set[str]:
     """The pids of the workers that started or completed a task in ``history`` (in a window)."""
     found = set()
     for event in history.events:
@@ -517,7 +522,9 @@ async def run_store(store: str, args: argparse.Namespace, tmp: Path) -> dict[str
             model = write_script(scripts, conv, plans[conv])
             crng = random.Random(rng.random())
             tasks.append(
-                asyncio.create_task(converse(turns, model, plans[conv], think, deadline, crng, sent))
+                asyncio.create_task(
+                    converse(turns, model, plans[conv], think, deadline, crng, sent)
+                )
             )
         t0 = time.monotonic()
         print(
@@ -547,6 +554,16 @@ async def run_store(store: str, args: argparse.Namespace, tmp: Path) -> dict[str
         stuck_wait = time.monotonic()
         executions = await turn_executions(client, queue)
         report = await audit(client, store_url, plans, sent, executions, faults)
+        for conv in plans:  # a conversation still busy at the deadline is stuck too
+            try:
+                state = await turns.state(conv)
+                busy = state.running is not None or state.queued_count > 0
+                detail = f"running {state.running}, {state.queued_count} queued"
+            except Exception as e:
+                busy, detail = True, f"state query failed: {type(e).__name__}: {e}"
+            if busy:
+                report["problems"].append({"conversation": conv, "problem": f"stuck: {detail}"})
+                report["counts"]["stuck"] += 1
         report.update(
             store=store,
             store_url=store_url.replace(str(tmp), "<tmp>"),
@@ -604,7 +621,7 @@ async def audit(
         runs.setdefault(ex.request_id, []).append(ex)
     problems: list[dict[str, Any]] = []
     turns: list[dict[str, Any]] = []
-    conv_histories: dict[str, History] = {}
+    conv_histories: dict[str, WorkflowHistory] = {}
     try:
         for conv, plan in plans.items():
             messages = await store.messages(conv)
@@ -614,11 +631,18 @@ async def audit(
             for m in messages:
                 rid = m.metadata.get("request_id")
                 if m.role == "assistant" and rid not in known:
-                    problems.append({"conversation": conv, "problem": f"duplicated: stray reply {m.id}"})
+                    problems.append(
+                        {"conversation": conv, "problem": f"duplicated: stray reply {m.id}"}
+                    )
             user_texts = {e.user_text for e in plan}
             for m in messages:
                 if m.role == "user" and m.text not in user_texts:
-                    problems.append({"conversation": conv, "problem": f"mismatched: stray user message {m.text[:60]!r}"})
+                    problems.append(
+                        {
+                            "conversation": conv,
+                            "problem": f"mismatched: stray user message {m.text[:60]!r}",
+                        }
+                    )
             for exp in plan:
                 users = [m for m in messages if m.role == "user" and m.text == exp.user_text]
                 replies = [
@@ -677,7 +701,7 @@ async def audit(
 
 
 def classify(
-    turns: list[dict[str, Any]], faults: list[Fault], conv_histories: dict[str, History]
+    turns: list[dict[str, Any]], faults: list[Fault], conv_histories: dict[str, WorkflowHistory]
 ) -> dict[str, Any]:
     """Which turns a fault hit, and what it cost them beyond an unhit turn of the same shape."""
     for t in turns:
@@ -712,12 +736,12 @@ def classify(
         "unhit_latency_s": stats([t["latency_s"] for t in turns if not t["hit_by"]]),
         "hit_any": extra(lambda t: t["hit_by"]),
         "hit_SIGKILL": extra(lambda t: "SIGKILL" in t["hit_by"] and "restart" not in t["hit_by"]),
-        "hit_SIGTERM": extra(
-            lambda t: t["hit_by"] == ["SIGTERM"]
-        ),
+        "hit_SIGTERM": extra(lambda t: t["hit_by"] == ["SIGTERM"]),
         "hit_restart": extra(lambda t: "restart" in t["hit_by"]),
         "unexplained_disruptions": [
-            (t["request_id"], t["disruptions"]) for t in turns if t["disruptions"] and not t["hit_by"]
+            (t["request_id"], t["disruptions"])
+            for t in turns
+            if t["disruptions"] and not t["hit_by"]
         ],
         "turns": turns,
     }
@@ -729,19 +753,25 @@ def classify(
 def fmt_stats(s: dict[str, Any]) -> str:
     if not s.get("n"):
         return "—"
-    return (
-        f"{s['min']:.2f} / {s['median']:.2f} / {s['p95']:.2f} / {s['max']:.2f} s (n={s['n']})"
-    )
+    return f"{s['min']:.2f} / {s['median']:.2f} / {s['p95']:.2f} / {s['max']:.2f} s (n={s['n']})"
 
 
 def table(reports: list[dict[str, Any]]) -> list[list[str]]:
     head = ["", *(r["store"] for r in reports)]
     rows = [
-        ("conversations × turns", lambda r: f"{r['conversations']} × {r['requests'] // r['conversations']}"),
+        (
+            "conversations × turns",
+            lambda r: f"{r['conversations']} × {r['requests'] // r['conversations']}",
+        ),
         ("turns completed", lambda r: f"{r['completed']} of {r['requests']}"),
         ("turn workflows run", lambda r: str(r["turn_executions"])),
         ("SIGKILL / SIGTERM", lambda r: f"{r['kills']['SIGKILL']} / {r['kills']['SIGTERM']}"),
-        ("server restarts (down)", lambda r: f"{r['restarts']} ({', '.join(f'{d:.1f} s' for d in r['restart_downtime_s'])})"),
+        (
+            "server restarts (down)",
+            lambda r: (
+                f"{r['restarts']} ({', '.join(f'{d:.1f} s' for d in r['restart_downtime_s'])})"
+            ),
+        ),
         ("client re-sends", lambda r: str(r["client_retries"])),
         ("lost", lambda r: str(r["counts"]["lost"])),
         ("duplicated", lambda r: str(r["counts"]["duplicated"])),
@@ -749,8 +779,14 @@ def table(reports: list[dict[str, Any]]) -> list[list[str]]:
         ("mismatched", lambda r: str(r["counts"]["mismatched"])),
         ("failed (status ≠ completed)", lambda r: str(r["counts"]["failed"])),
         ("stuck", lambda r: str(r["counts"]["stuck"])),
-        ("unhit turn latency min/med/p95/max", lambda r: fmt_stats(r["recovery"]["unhit_latency_s"])),
-        ("recovery, any fault: extra min/med/p95/max", lambda r: fmt_stats(r["recovery"]["hit_any"])),
+        (
+            "unhit turn latency min/med/p95/max",
+            lambda r: fmt_stats(r["recovery"]["unhit_latency_s"]),
+        ),
+        (
+            "recovery, any fault: extra min/med/p95/max",
+            lambda r: fmt_stats(r["recovery"]["hit_any"]),
+        ),
         ("… SIGKILL", lambda r: fmt_stats(r["recovery"]["hit_SIGKILL"])),
         ("… SIGTERM", lambda r: fmt_stats(r["recovery"]["hit_SIGTERM"])),
         ("… server restart", lambda r: fmt_stats(r["recovery"]["hit_restart"])),
@@ -766,7 +802,9 @@ def render_text(rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def render_markdown(meta: dict[str, Any], rows: list[list[str]], reports: list[dict[str, Any]]) -> str:
+def render_markdown(
+    meta: dict[str, Any], rows: list[list[str]], reports: list[dict[str, Any]]
+) -> str:
     machine = meta["machine"]
     out = [
         f"# Fault run ({meta['mode']})",
@@ -804,7 +842,9 @@ def render_markdown(meta: dict[str, Any], rows: list[list[str]], reports: list[d
 
 
 async def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.faults", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--store", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--conversations", type=int)
     parser.add_argument("--turns", type=int)
@@ -815,8 +855,8 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="results file stem under bench/results/")
     args = parser.parse_args(argv)
     quick = args.quick
-    args.conversations = args.conversations or (6 if quick else 16)
-    args.turns = args.turns or (4 if quick else 10)
+    args.conversations = args.conversations or (8 if quick else 24)
+    args.turns = args.turns or (5 if quick else 12)
     args.duration = args.duration or (30.0 if quick else 150.0)
     args.drain = 60.0 if quick else 120.0
     args.every_min, args.every_max = (3.0, 6.0) if quick else (3.0, 9.0)
@@ -837,6 +877,13 @@ async def main(argv: list[str] | None = None) -> int:
     )
     meta["server_version"] = (await probe.communicate())[0].decode().strip()
     began = time.monotonic()
+    unhandled: list[str] = []
+
+    def on_unhandled(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        error = context.get("exception")
+        unhandled.append(f"{context.get('message')}: {type(error).__name__}: {error}"[:300])
+
+    asyncio.get_running_loop().set_exception_handler(on_unhandled)
     reports = []
     for store in stores:
         tmp = Path(tempfile.mkdtemp(prefix=f"bench-faults-{store}-", dir=args.tmp))
@@ -848,6 +895,7 @@ async def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     meta["seconds"] = time.monotonic() - began
+    meta["unhandled_async_errors"] = unhandled
     meta["loadavg_end"] = loadavg()
     rows = table(reports)
     print()
