@@ -45,7 +45,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
@@ -427,22 +427,49 @@ def audit_turn(
     return problems
 
 
-def disruptions(history: WorkflowHistory) -> list[str]:
-    """What in a turn's history shows it was hit: retried activities, timed-out tasks."""
+def _when(event: Any) -> float:
+    return float(event.event_time.ToDatetime().replace(tzinfo=UTC).timestamp())
+
+
+def disruptions(
+    history: WorkflowHistory, since: float | None = None, until: float | None = None
+) -> list[str]:
+    """What in a history shows a fault: retried activities, timed-out or failed tasks."""
     seen = []
     for event in history.events:
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+        if (since is not None and _when(event) < since) or (
+            until is not None and _when(event) > until
+        ):
+            continue
+        kind = event.event_type
+        if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             attrs = event.activity_task_started_event_attributes
             if attrs.attempt > 1:
                 why = attrs.last_failure.message[:60] if attrs.HasField("last_failure") else ""
                 seen.append(f"activity attempt {attrs.attempt} ({why})")
-        elif event.event_type in (
-            EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT,
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+            timeout = event.workflow_task_timed_out_event_attributes.timeout_type
+            seen.append(
+                f"workflow task timed out ({TimeoutType.Name(timeout).removeprefix('TIMEOUT_TYPE_').lower()})"
+            )
+        elif kind in (
             EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
             EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
         ):
-            seen.append(EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower())
+            seen.append(EventType.Name(kind).removeprefix("EVENT_TYPE_").lower())
     return seen
+
+
+def sticky_worker(history: WorkflowHistory, before: float) -> str | None:
+    """The pid of the worker that ran the workflow's last task before ``before``: the one whose
+    cache (and sticky queue) the workflow's next task goes to first."""
+    last = None
+    for event in history.events:
+        if _when(event) >= before:
+            break
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            last = event.workflow_task_started_event_attributes.identity.split("@", 1)[0]
+    return last
 
 
 def identities(
@@ -451,10 +478,10 @@ def identities(
     """The pids of the workers that started or completed a task in ``history`` (in a window)."""
     found = set()
     for event in history.events:
-        if since is not None or until is not None:
-            when = event.event_time.ToDatetime().replace(tzinfo=UTC).timestamp()
-            if (since is not None and when < since) or (until is not None and when > until):
-                continue
+        if (since is not None and _when(event) < since) or (
+            until is not None and _when(event) > until
+        ):
+            continue
         for attrs in (
             event.workflow_task_started_event_attributes,
             event.workflow_task_completed_event_attributes,
@@ -707,18 +734,22 @@ def classify(
     for t in turns:
         hits = []
         histories = [e.history for e in t.pop("executions")]
-        troubles = [d for h in histories for d in disruptions(h)]
-        turn_ids = set().union(*(identities(h) for h in histories)) if histories else set()
         conv = conv_histories.get(t["conversation"])
+        troubles = [d for h in histories for d in disruptions(h)]
+        if conv is not None:
+            troubles += [f"conversation: {d}" for d in disruptions(conv, t["sent"], t["done"])]
+        turn_ids = set().union(*(identities(h) for h in histories)) if histories else set()
         conv_ids = identities(conv, t["sent"], t["done"]) if conv else set()
+        sticky = sticky_worker(conv, t["sent"]) if conv else None
         for f in faults:
             if f.kind == "restart":
                 if f.at <= t["done"] and (f.until or f.at) >= t["sent"]:
                     hits.append(f.kind)
-            elif t["sent"] <= f.at <= t["done"] and (
-                str(f.pid) in turn_ids or str(f.pid) in conv_ids or troubles
-            ):
-                hits.append(f.kind)
+            elif t["sent"] <= f.at <= t["done"]:
+                if str(f.pid) in turn_ids or str(f.pid) in conv_ids or troubles:
+                    hits.append(f.kind)
+            elif t["sent"] - 30 < f.at < t["sent"] and str(f.pid) == sticky:
+                hits.append(f.kind)  # sent to a conversation cached on a worker just killed
         t["hit_by"] = sorted(set(hits))
         t["disruptions"] = troubles
     baseline = {
@@ -738,6 +769,9 @@ def classify(
         "hit_SIGKILL": extra(lambda t: "SIGKILL" in t["hit_by"] and "restart" not in t["hit_by"]),
         "hit_SIGTERM": extra(lambda t: t["hit_by"] == ["SIGTERM"]),
         "hit_restart": extra(lambda t: "restart" in t["hit_by"]),
+        "task_timeout_turns": sum(
+            1 for t in turns if any("(start_to_close)" in d for d in t["disruptions"])
+        ),
         "unexplained_disruptions": [
             (t["request_id"], t["disruptions"])
             for t in turns
@@ -790,6 +824,10 @@ def table(reports: list[dict[str, Any]]) -> list[list[str]]:
         ("… SIGKILL", lambda r: fmt_stats(r["recovery"]["hit_SIGKILL"])),
         ("… SIGTERM", lambda r: fmt_stats(r["recovery"]["hit_SIGTERM"])),
         ("… server restart", lambda r: fmt_stats(r["recovery"]["hit_restart"])),
+        (
+            "hit turns that waited out a workflow task timeout",
+            lambda r: str(r["recovery"]["task_timeout_turns"]),
+        ),
         ("run time (chaos)", lambda r: f"{r['seconds']:.0f} s ({r['chaos_s']:.0f} s)"),
     ]
     return [head, *([name, *(f(r) for r in reports)] for name, f in rows)]
