@@ -84,7 +84,7 @@ class BeginActivities:
         return TurnContext(
             system=await self.deps.system(base),
             messages=messages,
-            tools=self.deps.tool_specs(base),
+            tools=self.deps.tool_specs(base, model=model),
             model=model,
             continuation=turn.continuation,
             body=turn.body,

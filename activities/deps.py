@@ -135,17 +135,20 @@ class ActivityDeps:
         return await (await self.session()).system_prompt(self.hooks.system_prompt)
 
     def tool_specs(
-        self, config: TurnConfig, step_active: list[str] | None = None
+        self, config: TurnConfig, step_active: list[str] | None = None, model: str | None = None
     ) -> list[ToolSpec]:
-        """Default tools + ``config.tools``, narrowed by the turn's and the step's active tools."""
-        names = self.tools.defaults()
+        """Default tools + ``config.tools``, narrowed by the turn's and the step's active tools;
+        a tool meant for some models only (``@tool(models=...)``) is offered to those only."""
+        names = self.tools.defaults(model)
         extra: dict[str, ToolSpec] = {}
         for item in config.tools or []:
             if isinstance(item, ToolSpec):
                 extra[item.name] = item
             elif item not in names:
                 names.append(item)
-        specs = {n: t.spec for n in names if (t := self.tools.get(n)) is not None}
+        specs = {
+            n: t.spec for n in names if (t := self.tools.get(n)) is not None and t.offered_to(model)
+        }
         specs.update(extra)
         for active in (config.active_tools, step_active):
             if active is not None:

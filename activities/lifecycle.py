@@ -9,17 +9,27 @@ how its return is validated, and what its failure means:
 * ``after_tool_call``/``on_chunk``/``on_chat_response`` raising is logged and ignored;
 * ``on_chat_error``/``classify_chat_error`` raising falls back to the default behaviour;
 * an extension raising or timing out is logged and ignored (``hooks.extensions``).
+
+A hook written as a plain ``def`` runs in a thread of a bounded pool (``HOOK_THREADS``), so
+blocking code in it never stalls the other turns of the worker; ``on_chunk`` is the
+exception (it runs per chunk, on the loop: keep it cheap). An ``async def`` hook that blocks
+is named in the worker's log (``activities.loopwatch``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from temporalio import activity
 
+from durable_turns.activities import loopwatch
 from durable_turns.activities.errors import hook_failure
 from durable_turns.contract import TurnRef
 from durable_turns.hooks.base import TurnHooks, overrides
@@ -84,6 +94,31 @@ async def call_hook(value: Any) -> Any:
     return value
 
 
+HOOK_THREADS = 16
+"""At most this many plain-``def`` hooks run at once on a worker; more wait for a thread."""
+_executor: ThreadPoolExecutor | None = None
+
+
+def hook_executor() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(HOOK_THREADS, thread_name_prefix="turns-hook")
+    return _executor
+
+
+async def run_hook(name: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Call a user's hook: ``async def`` on the loop, a plain ``def`` in a thread."""
+    if inspect.iscoroutinefunction(fn):
+        with loopwatch.running(f"hook {name}"):
+            return await fn(*args)
+    call = functools.partial(contextvars.copy_context().run, fn, *args)
+    result = await asyncio.get_running_loop().run_in_executor(hook_executor(), call)
+    if inspect.isawaitable(result):
+        with loopwatch.running(f"hook {name}"):
+            result = await result
+    return result
+
+
 def _validated(model: type[M], value: Any) -> M:
     return value if isinstance(value, model) else model.model_validate(value or {})
 
@@ -99,12 +134,19 @@ class Lifecycle:
     def overrides(self, hook: str) -> bool:
         return hook in self._overridden
 
+    async def _hook(self, name: str, *args: Any) -> Any:
+        """The subclass's hook ``name``; the base class's no-op defaults run inline."""
+        fn = getattr(self.hooks, name)
+        if name not in self._overridden:
+            return await call_hook(fn(*args))
+        return await run_hook(name, fn, *args)
+
     # --- begin / steps -----------------------------------------------------------------------
 
     async def before_turn(self, ctx: TurnContext) -> TurnConfig:
         """The subclass's config, then each extension's scalar overrides."""
         try:
-            config = _validated(TurnConfig, await call_hook(self.hooks.before_turn(ctx)))
+            config = _validated(TurnConfig, await self._hook("before_turn", ctx))
         except Exception as e:
             raise hook_failure("before_turn", e) from e
         if self.extensions.subscribed("before_turn"):
@@ -115,14 +157,14 @@ class Lifecycle:
         if not self.overrides("before_step"):
             return StepConfig()
         try:
-            return _validated(StepConfig, await call_hook(self.hooks.before_step(ctx)))
+            return _validated(StepConfig, await self._hook("before_step", ctx))
         except Exception as e:
             raise hook_failure("before_step", e) from e
 
     async def on_step_finish(self, step: StepResult) -> None:
         if self.overrides("on_step_finish"):
             try:
-                await call_hook(self.hooks.on_step_finish(step))
+                await self._hook("on_step_finish", step)
             except Exception as e:
                 raise hook_failure("on_step_finish", e) from e
         if self.extensions.subscribed("on_step_finish"):
@@ -170,7 +212,7 @@ class Lifecycle:
         """The subclass's decision (None: allow). Raises what the hook raises."""
         if not self.overrides("before_tool_call"):
             return None
-        returned = await call_hook(self.hooks.before_tool_call(ctx))
+        returned = await self._hook("before_tool_call", ctx)
         return None if returned is None else _validated(ToolCallDecision, returned)
 
     async def tool_call_decided(self, ctx: ToolCallContext, input: Any) -> None:
@@ -181,7 +223,7 @@ class Lifecycle:
     async def after_tool_call(self, ctx: ToolCallResultContext) -> None:
         if self.overrides("after_tool_call"):
             try:
-                await call_hook(self.hooks.after_tool_call(ctx))
+                await self._hook("after_tool_call", ctx)
             except Exception as e:
                 activity.logger.warning("after_tool_call raised %r (the result is kept)", e)
         if self.extensions.subscribed("after_tool_call"):
@@ -191,14 +233,14 @@ class Lifecycle:
 
     async def on_chat_response(self, result: ChatResponseResult) -> None:
         try:
-            await call_hook(self.hooks.on_chat_response(result))
+            await self._hook("on_chat_response", result)
         except Exception as e:
             activity.logger.warning("on_chat_response raised %r (the turn stands)", e)
 
     async def on_chat_error(self, error: Exception, ctx: ChatErrorContext) -> str:
         """The error message the caller sees."""
         try:
-            shown = await call_hook(self.hooks.on_chat_error(error, ctx))
+            shown = await self._hook("on_chat_error", error, ctx)
         except Exception as e:
             activity.logger.warning("on_chat_error raised %r; the original error is shown", e)
             return str(error)
@@ -208,7 +250,7 @@ class Lifecycle:
         self, error: Exception | str, ctx: ChatErrorContext
     ) -> ChatErrorClassification | None:
         try:
-            return await call_hook(self.hooks.classify_chat_error(error, ctx))
+            return await self._hook("classify_chat_error", error, ctx)
         except Exception as e:  # a classifier that raises means "not an overflow"
             activity.logger.warning("classify_chat_error raised %r", e)
             return None

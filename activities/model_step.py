@@ -99,7 +99,7 @@ class ModelStepActivities:
             model = step_config.model or inp.model
             provider, model_name = await self.deps.resolve_async(model)
             request = await self._request(
-                model_name, config, step_config, messages, turn.conversation_id
+                model, model_name, config, step_config, messages, turn.conversation_id
             )
         async with self.deps.publisher(turn.turn_id, inp.step) as publisher:
             if publisher is not None:
@@ -145,6 +145,7 @@ class ModelStepActivities:
 
     async def _request(
         self,
+        model: str,
         model_name: str,
         config: TurnConfig,
         step: StepConfig,
@@ -155,7 +156,7 @@ class ModelStepActivities:
             model=model_name,
             system=step.system if step.system is not None else await self.deps.system(config),
             messages=step.messages if step.messages is not None else messages,
-            tools=self.deps.tool_specs(config, step.active_tools),
+            tools=self.deps.tool_specs(config, step.active_tools, model=model),
             tool_choice=step.tool_choice or config.tool_choice,
             headers=config.headers or {},
             provider_options={**(config.provider_options or {}), **(step.provider_options or {})},

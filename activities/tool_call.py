@@ -38,7 +38,9 @@ class ToolCallActivities:
         steps = await self.deps.store.steps(turn.turn_id, turn.run)
         step, call = _find_call(steps, inp)
         config = ctx_build.turn_config(turn)
-        available = {s.name for s in self.deps.tool_specs(config, step.active_tools)}
+        available = {
+            s.name for s in self.deps.tool_specs(config, step.active_tools, model=step.model)
+        }
         ctx = await self._tool_call_context(turn, steps, inp.step, call)
         on_chunk = self.deps.lifecycle.chunk_handler(inp.step, ref.request_id, turn=ref)
         started = time.monotonic()
@@ -60,6 +62,7 @@ class ToolCallActivities:
                     pending=run.pending,  # type: ignore[arg-type]
                 )
             duration_ms = (time.monotonic() - started) * 1000
+            run.output = jsonable(run.output)  # JSON-safe once, here: UTF-8, no NUL
             if on_chunk is not None:
                 await on_chunk(_result_chunk(call, run.output, run.is_error))
             await self.deps.lifecycle.after_tool_call(

@@ -8,18 +8,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from temporalio.exceptions import ApplicationError
 
+from durable_turns.activities import loopwatch
 from durable_turns.activities.lifecycle import Lifecycle
-from durable_turns.contract import ToolResolution, validation_problems
+from durable_turns.contract import TOOL_ERROR, TOOL_TIMEOUT, ToolResolution, validation_problems
 from durable_turns.hooks.types import ToolCallContext, ToolCallDecision
+from durable_turns.models.providers import redact
 from durable_turns.tools import Tool, ToolContext, ToolRegistry
 
 INTERRUPTED = "The tool call was interrupted before a result was recorded."
+MAX_TOOL_ATTEMPTS = 3
+"""The tool activity's retry policy allows three attempts: ``retries`` is capped at 2."""
+
+log = logging.getLogger("durable_turns.tools")
 
 
 @dataclass
@@ -33,14 +42,42 @@ class ToolRun:
 
 
 def jsonable(value: Any) -> Any:
-    """A tool's output as JSON (pydantic models dumped, anything else stringified)."""
+    """A tool's output as JSON every store and payload accepts, made so once, at the edge:
+    pydantic models dumped, bytes decoded, anything else stringified; lone surrogates and
+    NUL characters (which UTF-8 and PostgreSQL refuse) become U+FFFD, non-finite floats text.
+    """
     if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
+        value = value.model_dump(mode="json")
+    elif isinstance(value, bytes | bytearray):
+        value = bytes(value).decode("utf-8", "replace")
     try:
         json.dumps(value)
-        return value
     except (TypeError, ValueError):
+        value = str(value)
+    return _clean(value)
+
+
+def clean_text(text: str) -> str:
+    """``text`` as valid UTF-8 without NUL: lone surrogates and NUL become U+FFFD."""
+    if text.isascii():
+        return text.replace("\x00", "\ufffd") if "\x00" in text else text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # pairs of surrogates join; a lone one is replaced
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text.replace("\x00", "\ufffd")
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_text(str(k)): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
         return str(value)
+    return value
 
 
 def blocked_text(tool_name: str) -> str:
@@ -84,7 +121,8 @@ async def run_tool_call(
     try:
         decision = await lifecycle.before_tool_call(ctx)
     except Exception as e:
-        return ToolRun(f"before_tool_call raised {type(e).__name__}: {e}", True)
+        log.error("before_tool_call raised for tool %s", ctx.tool_name, exc_info=e)
+        return ToolRun(clean_text(f"before_tool_call raised {type(e).__name__}: {e}"), True)
     if decision is not None and decision.action != "allow":
         await lifecycle.tool_call_decided(ctx, ctx.input)
         return _short_circuit(decision, ctx.tool_name)
@@ -96,12 +134,38 @@ async def run_tool_call(
                 "before_tool_call substituted invalid input: " + invalid_args(tool, e), True
             )
     await lifecycle.tool_call_decided(ctx, args.model_dump(mode="json"))
+    return await execute(tool, args, run_ctx, on_preliminary)
+
+
+async def execute(
+    tool: Tool,
+    args: BaseModel,
+    run_ctx: ToolContext,
+    on_preliminary: Callable[[Any], Awaitable[None]] | None = None,
+) -> ToolRun:
+    """Run the tool within its ``timeout_s``. A timeout or an exception is an error result
+    the model sees, logged with its traceback, or (``retries``) a new activity attempt."""
+    where = f"tool {tool.name} (call {run_ctx.tool_call_id}, attempt {run_ctx.attempt})"
     try:
-        return ToolRun(jsonable(await tool.run(args, run_ctx, on_preliminary)))
+        async with asyncio.timeout(tool.timeout_s) as limit:
+            with loopwatch.running(f"tool {tool.name}"):
+                output = await tool.run(args, run_ctx, on_preliminary)
+        return ToolRun(jsonable(output))
     except asyncio.CancelledError:
         raise
     except Exception as e:
-        return ToolRun(f"{type(e).__name__}: {e}", True)
+        if isinstance(e, TimeoutError) and limit.expired():
+            text = f'ToolTimeout: tool "{tool.name}" did not finish within {tool.timeout_s:g}s.'
+            log.warning("%s timed out after %gs", where, tool.timeout_s)
+            error_type = TOOL_TIMEOUT
+        else:
+            text = f"{type(e).__name__}: {e}"
+            log.error("%s raised %s", where, type(e).__name__, exc_info=e)
+            error_type = TOOL_ERROR
+        text = redact(text)  # a tool's error never carries a provider key onward
+        if tool.retry_safe and run_ctx.attempt <= min(tool.retries, MAX_TOOL_ATTEMPTS - 1):
+            raise ApplicationError(clean_text(text), type=error_type) from None
+        return ToolRun(clean_text(text), True)
 
 
 def _short_circuit(decision: ToolCallDecision, tool_name: str) -> ToolRun:

@@ -326,6 +326,7 @@ def engine_env(address: str, task_queue: str, tmp: Path, **extra: str) -> dict[s
         TURNS_TASK_QUEUE=task_queue,
         TURNS_STORE_URL=f"sqlite:///{tmp / (task_queue + '.db')}",
         TURNS_DATA_DIR=str(tmp / "data"),
+        TURNS_DEMO_DIR=str(tmp),
         PYTHONPATH=str(ROOT),
     )
     env.update(extra)
@@ -359,10 +360,10 @@ def start_floor_worker(address: str, task_queue: str, tmp: Path) -> WorkerProces
 
 
 def script(tmp: Path, name: str, steps: list[dict[str, Any]]) -> str:
-    """Write a demo script; returns its model id (``demo:<path>``)."""
+    """Write a demo script into ``tmp`` (the workers' ``TURNS_DEMO_DIR``); returns its model id."""
     path = tmp / f"{name}.json"
     path.write_text(json.dumps(steps))
-    return f"demo:{path}"
+    return f"demo:{path.name}"
 
 
 def tool_steps(steps: int, text: str = "Here you are.") -> list[dict[str, Any]]:

@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
@@ -79,14 +78,16 @@ def check_model(model: str | None) -> None:
         )
     if provider != "demo":
         return
-    from durable_turns.models.demo import BUILTIN_SCRIPTS
+    from durable_turns.models.demo import BUILTIN_SCRIPTS, DemoProvider
 
-    path = Path(name)
-    if name in BUILTIN_SCRIPTS or not path.is_file():
-        return  # a built-in script, or a file only the worker sees: the worker checks it
+    if name in BUILTIN_SCRIPTS:
+        return
+    path = DemoProvider().script_path(name)  # where a worker with this TURNS_DEMO_DIR looks
+    if path is None:
+        return  # a file only the worker sees (its TURNS_DEMO_DIR): the worker checks it
     problem = demo_script_problem(path.read_text(errors="replace"))
     if problem:
-        raise InvalidInput(f"--model {model}: demo script {path.absolute()} {problem}")
+        raise InvalidInput(f"--model {model}: demo script {path} {problem}")
 
 
 def demo_script_problem(text: str) -> str | None:

@@ -124,6 +124,9 @@ MESSAGE_ID_CONFLICT = "MessageIdConflict"
 """A request reuses one message id for two messages."""
 WORKER_SHUTDOWN = "WorkerShutdown"
 """A worker stopped mid-step past its shutdown grace: the step is re-run in full."""
+TOOL_TIMEOUT = "ToolTimeout"
+TOOL_ERROR = "ToolError"
+"""A tool that timed out or raised, retried as a new attempt (only with ``@tool(retries=…)``)."""
 
 CONTINUE_PROMPT = (
     "Continue your previous response from exactly where it left off. Do not repeat any of it."

@@ -1,4 +1,8 @@
-"""The tools the demo scripts call. Deterministic, offline, and honest about it."""
+"""The tools the demo scripts call. Deterministic, offline, and honest about it.
+
+They are offered to ``demo:`` models only: a real model is never handed a tool that
+invents forecasts.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ class WeatherArgs(BaseModel):
     city: str = Field(description="City name, e.g. Paris")
 
 
-@tool
+@tool(models=("demo",))
 async def get_weather(args: WeatherArgs, ctx: ToolContext) -> str:
     """Current weather for a city (a deterministic demo, not a real forecast)."""
     seed = zlib.crc32(args.city.lower().encode())

@@ -16,16 +16,32 @@ preliminary results (``on_chunk`` sees each as a ``tool-result`` chunk with
 ``preliminary=True``); its last value is the output. A tool declared with ``client=True`` has
 no executor: the client runs it and sends the result back.
 
+A tool may also be a plain ``def``: it runs in a thread of its own pool (``SYNC_TOOL_THREADS``
+at most), so blocking code (``time.sleep``, a blocking HTTP client) never stalls the worker's
+event loop. An ``async def`` tool must not block: the worker logs the tool by name when it
+holds the event loop.
+
+``timeout_s`` (default 300) bounds each run: a tool that overruns gets a ``ToolTimeout``
+error result the model sees (a plain ``def`` tool's thread runs on until it returns; its
+result is dropped). ``retries`` (default 0) re-runs a tool that timed out or raised, as a new
+activity attempt visible in the workflow history (at most 2: three attempts in all), never
+for a ``retry_safe=False`` tool. ``models=("demo",)`` offers a tool only to those model
+providers (or full ``provider:model`` ids).
+
 Point a worker at a module of tools with ``--tools module`` (env ``TURNS_TOOLS``): every
 ``Tool`` at the module's top level is registered.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import dataclasses
 import functools
 import importlib
 import inspect
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
@@ -60,8 +76,13 @@ class Tool:
     """False: after a crash mid-run the model gets an "interrupted" error instead of a rerun."""
     needs_approval: bool = False
     timeout_s: float = 300.0
+    """Each run's limit: an overrun is a ``ToolTimeout`` error result (or a retry)."""
     default: bool = True
     """False: the tool is offered only when ``TurnConfig.tools`` names it."""
+    retries: int = 0
+    """Re-runs (new activity attempts) after a timeout or an exception; 0: the model is told."""
+    models: tuple[str, ...] | None = None
+    """Providers (``"demo"``) or ``provider:model`` ids this tool is offered to (None: all)."""
     _context_param: str | None = field(default=None, repr=False)
     _input_param: str | None = field(default=None, repr=False)
 
@@ -72,6 +93,19 @@ class Tool:
     @property
     def streaming(self) -> bool:
         return self.fn is not None and inspect.isasyncgenfunction(self.fn)
+
+    @property
+    def blocking(self) -> bool:
+        """A plain ``def``: it runs in a thread, off the event loop."""
+        return self.fn is not None and not (
+            inspect.iscoroutinefunction(self.fn) or inspect.isasyncgenfunction(self.fn)
+        )
+
+    def offered_to(self, model: str | None) -> bool:
+        """Whether a step of ``model`` (a ``provider:model`` id; None: unknown) is offered it."""
+        if self.models is None or model is None:
+            return True
+        return model in self.models or model.partition(":")[0] in self.models
 
     @functools.cached_property
     def spec(self) -> ToolSpec:
@@ -99,6 +133,13 @@ class Tool:
         if self.fn is None:
             raise RuntimeError(f"tool {self.name!r} runs on the client")
         kwargs = self.call_args(args, ctx)
+        if self.blocking:
+            if self._context_param:
+                kwargs[self._context_param] = dataclasses.replace(
+                    ctx, heartbeat=_thread_safe(ctx.heartbeat)
+                )
+            call = functools.partial(contextvars.copy_context().run, self.fn, **kwargs)
+            return await asyncio.get_running_loop().run_in_executor(sync_tool_executor(), call)
         if not self.streaming:
             return await self.fn(**kwargs)
         last: Any = None
@@ -112,6 +153,28 @@ class Tool:
 
 _EMPTY_INPUT = create_model("EmptyInput")
 
+SYNC_TOOL_THREADS = 32
+"""At most this many plain-``def`` tools run at once on a worker; more wait for a thread."""
+_executor: ThreadPoolExecutor | None = None
+
+
+def sync_tool_executor() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(SYNC_TOOL_THREADS, thread_name_prefix="turns-tool")
+    return _executor
+
+
+def _thread_safe(heartbeat: Callable[..., None]) -> Callable[..., None]:
+    """``ctx.heartbeat`` for a tool running in a thread: the beat is sent from the loop."""
+    loop = asyncio.get_running_loop()
+    context = contextvars.copy_context()
+
+    def beat(*details: Any) -> None:
+        loop.call_soon_threadsafe(functools.partial(context.run, heartbeat, *details))
+
+    return beat
+
 
 def tool(
     fn: Callable[..., Any] | None = None,
@@ -122,12 +185,22 @@ def tool(
     needs_approval: bool = False,
     timeout_s: float = 300.0,
     default: bool = True,
+    retries: int = 0,
+    models: tuple[str, ...] | list[str] | str | None = None,
 ) -> Any:
-    """Make a ``Tool`` of an async function (usable bare or with options)."""
+    """Make a ``Tool`` of a function (usable bare or with options): ``async def``, an async
+    generator (streaming), or a plain ``def`` (run in a thread)."""
+    if timeout_s <= 0:
+        raise ValueError("timeout_s must be positive")
+    if retries < 0:
+        raise ValueError("retries must be 0 or more")
+    offered = (models,) if isinstance(models, str) else (tuple(models) if models else None)
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        if not (inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f)):
-            raise TypeError(f"tool {f.__name__!r} must be an async function or async generator")
+        if inspect.isgeneratorfunction(f):
+            raise TypeError(
+                f"tool {f.__name__!r}: a streaming tool must be an async generator (async def)"
+            )
         hints = get_type_hints(f)
         input_model: type[BaseModel] = _EMPTY_INPUT
         input_param = context_param = None
@@ -151,6 +224,8 @@ def tool(
             needs_approval=needs_approval,
             timeout_s=timeout_s,
             default=default,
+            retries=retries,
+            models=offered,
             _context_param=context_param,
             _input_param=input_param,
         )
@@ -165,6 +240,10 @@ def client_tool(
     return Tool(name=name, description=description, input_model=input_model, fn=None)
 
 
+def _is_demo_tool(t: Tool) -> bool:
+    return getattr(t.fn, "__module__", "") == "durable_turns.demo_tools"
+
+
 class ToolRegistry:
     """The tools a worker can run, by name."""
 
@@ -174,7 +253,9 @@ class ToolRegistry:
             self.add(t)
 
     def add(self, t: Tool) -> None:
-        if t.name in self._tools and self._tools[t.name] is not t:
+        """Register ``t``; a worker's own tool replaces a built-in demo tool of its name."""
+        existing = self._tools.get(t.name)
+        if existing is not None and existing is not t and not _is_demo_tool(existing):
             raise ValueError(f"two tools are named {t.name!r}")
         self._tools[t.name] = t
 
@@ -184,8 +265,9 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return list(self._tools)
 
-    def defaults(self) -> list[str]:
-        return [n for n, t in self._tools.items() if t.default]
+    def defaults(self, model: str | None = None) -> list[str]:
+        """The tools every step of ``model`` is offered (None: the model is not known)."""
+        return [n for n, t in self._tools.items() if t.default and t.offered_to(model)]
 
     def load_module(self, module_name: str) -> None:
         """Register every ``Tool`` defined at the top level of a module."""

@@ -15,8 +15,9 @@ Defining a method subscribes to it. Register extensions on the hooks class::
         extensions = (AuditLog(), Metrics())
 
 They run after the subclass hook of the same name, in list order, each with a timeout
-(``timeout_s``, default 5 s; a sync method cannot be interrupted, so make slow ones
-async). An extension that raises or times out is logged and skipped: it never aborts the
+(``timeout_s``, default 5 s). A plain ``def`` method runs in a thread (``on_chunk`` excepted:
+it runs per chunk, on the loop), so blocking code in it delays no other turn; one that
+overruns its timeout is skipped, though its thread runs on until it returns. An extension that raises or times out is logged and skipped: it never aborts the
 turn. Only ``before_turn``'s return is honoured, and only its scalar fields: ``system``,
 ``messages``, ``active_tools``, ``tool_choice``, ``max_steps``, ``send_reasoning``,
 sampling settings, ``max_retries`` and ``timeout`` replace the turn's; ``headers`` and
@@ -39,9 +40,12 @@ if ``before_tool_call`` replaced it); ``after_tool_call``'s shows what the model
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
 import logging
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -86,6 +90,17 @@ REPLACED_FIELDS = (
     "timeout",
 )
 MERGED_FIELDS = ("headers", "provider_options")
+
+
+EXTENSION_THREADS = 8
+_executor: ThreadPoolExecutor | None = None
+
+
+def _threads() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(EXTENSION_THREADS, thread_name_prefix="turns-ext")
+    return _executor
 
 
 class Extension:
@@ -242,8 +257,15 @@ class Extensions:
 
     async def _call(self, ext: Any, hook: str, snapshot: dict[str, Any]) -> Any:
         timeout = getattr(ext, "timeout_s", DEFAULT_TIMEOUT_S)
+        method = getattr(ext, hook)
         try:
-            result = getattr(ext, hook)(snapshot)
+            if hook != "on_chunk" and not inspect.iscoroutinefunction(method):
+                # a plain def runs in a thread: blocking code in it stalls no other turn
+                call = functools.partial(contextvars.copy_context().run, method, snapshot)
+                loop = asyncio.get_running_loop()
+                result = await asyncio.wait_for(loop.run_in_executor(_threads(), call), timeout)
+            else:
+                result = method(snapshot)
             if inspect.isawaitable(result):
                 result = await asyncio.wait_for(result, timeout)
             return result

@@ -424,7 +424,16 @@ async def test_invalid_input_is_one_line_and_never_sent(harness: Harness, tmp_pa
     ]
     conversation = harness.conv("bad-input")
     for args, expected in cases:
-        out = await asyncio.to_thread(turns, harness, tmp_path, "chat", conversation, "hi", *args)
+        out = await asyncio.to_thread(
+            turns,
+            harness,
+            tmp_path,
+            "chat",
+            conversation,
+            "hi",
+            *args,
+            TURNS_DEMO_DIR=str(tmp_path),
+        )
         assert out.returncode == 2, out
         assert expected in out.stderr, out.stderr
         assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr

@@ -586,7 +586,11 @@ async def test_worker_runs_a_tool_turn_against_a_compatible_server(
 ) -> None:
     """worker.py registers the providers; a two-step turn goes through OPENAI_BASE_URL."""
     server.push(Reply("openai/chat_tool_call.sse"), Reply("openai/chat_text.sse"))
-    harness.start_worker(OPENAI_BASE_URL=server.openai_base_url, OPENAI_API_KEY=KEY)
+    harness.start_worker(
+        OPENAI_BASE_URL=server.openai_base_url,
+        OPENAI_API_KEY=KEY,
+        TURNS_TOOLS="tests.support.tools,tests.support.weather_tools",  # the demo one is not offered
+    )
     result = await harness.send("c-openai", "Weather in New York City?", model="openai:gpt-test")
     assert result.status == "completed" and result.steps == 2
     assert result.text.startswith("I'm unable to provide real-time weather updates.")

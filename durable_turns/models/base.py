@@ -27,6 +27,9 @@ class ProviderError(Exception):
     * transient: 408/409/429/5xx, overloaded, connection errors; retried after ``retry_after``
     * context_overflow: the prompt is too long; goes to ``classify_chat_error``
     * auth / invalid_request / fatal: not retried; reaches ``on_chat_error``
+
+    The message is redacted as it is made: configured API keys (verbatim, base64, any case)
+    never reach an error, a log line or the workflow history.
     """
 
     def __init__(
@@ -38,7 +41,9 @@ class ProviderError(Exception):
         retry_after: float | None = None,
         provider: str = "",
     ) -> None:
-        super().__init__(message)
+        from durable_turns.models.providers import redact  # (providers imports this module)
+
+        super().__init__(redact(message))  # the final text: keys never reach errors or logs
         self.kind = kind
         self.status = status
         self.retry_after = retry_after

@@ -1,7 +1,10 @@
 """The ``demo:`` provider: an offline, scripted stand-in. It is not a language model.
 
-``demo:<name>`` plays a built-in script (``weather``, ``parallel``, ``echo``);
-``demo:<path.json>`` plays a script file. A script is a list of steps (or
+``demo:<name>`` plays a built-in script (``weather``, ``parallel``, ``echo``) or, when the
+worker sets ``TURNS_DEMO_DIR``, the script file of that name in that folder (``demo:greet``
+or ``demo:greet.json`` for ``$TURNS_DEMO_DIR/greet.json``). Names with a path separator, and
+files over ``MAX_SCRIPT_BYTES``, are refused; nothing outside the folder is ever read, and a
+missing file and a refused one get the same answer. A script is a list of steps (or
 ``{"steps": [...]}``, or ``{"turns": [[...], [...]]}`` for one list per user turn). Each step
 may have:
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -78,38 +82,91 @@ _WORDS = re.compile(r"\S+\s*|\s+")
 _CITY = re.compile(r"\bin ([A-Z][\w-]*(?: [A-Z][\w-]*)*)")
 
 
+MAX_SCRIPT_BYTES = 1 << 20
+"""A script file larger than this (1 MiB) is refused."""
+
+
 class DemoProvider(ModelProvider):
     name = "demo"
 
-    def __init__(self) -> None:
+    def __init__(self, script_dir: str | None = None) -> None:
+        folder = script_dir if script_dir is not None else os.environ.get("TURNS_DEMO_DIR")
+        self.script_dir = Path(folder).resolve() if folder else None
         self._files: dict[str, tuple[float, Any]] = {}
 
-    def _script(self, name: str) -> list[list[dict[str, Any]]]:
-        """The script as one list of steps per user turn (a single list repeats)."""
-        if name in BUILTIN_SCRIPTS:
-            data: Any = BUILTIN_SCRIPTS[name]
-        else:
-            path = Path(name)
-            if not path.is_file():
+    def script_path(self, name: str) -> Path | None:
+        """The script file ``name`` stands for: in ``TURNS_DEMO_DIR``, by plain name only."""
+        if self.script_dir is None or not name or name.startswith("."):
+            return None
+        if any(sep in name for sep in ("/", "\\", os.sep, "\x00")) or ".." in name:
+            return None
+        for candidate in (name, f"{name}.json"):
+            path = self.script_dir / candidate
+            if path.is_file() and path.resolve().parent == self.script_dir:
+                return path
+        return None
+
+    def _not_found(self, name: str) -> ProviderError:
+        where = (
+            "a JSON file in TURNS_DEMO_DIR, by name"
+            if self.script_dir is not None
+            else "a script file (set TURNS_DEMO_DIR to a folder of JSON scripts)"
+        )
+        return ProviderError(
+            f"demo script {name!r} not found: use one of {sorted(BUILTIN_SCRIPTS)} or {where}",
+            kind="invalid_request",
+            provider="demo",
+        )
+
+    def _load(self, name: str) -> Any:
+        """Runs in a thread: the file system is never touched on the event loop."""
+        path = self.script_path(name)
+        if path is None:
+            raise self._not_found(name)
+        stat = path.stat()
+        if stat.st_size > MAX_SCRIPT_BYTES:
+            raise ProviderError(
+                f"demo script {name!r} is over {MAX_SCRIPT_BYTES} bytes",
+                kind="invalid_request",
+                provider="demo",
+            )
+        cached = self._files.get(name)
+        if cached is None or cached[0] != stat.st_mtime:
+            try:
+                data = json.loads(path.read_bytes()[:MAX_SCRIPT_BYTES])
+            except (ValueError, UnicodeDecodeError) as e:
                 raise ProviderError(
-                    f"demo script {name!r} not found: use one of {sorted(BUILTIN_SCRIPTS)}"
-                    " or a path to a JSON script file",
+                    f"demo script {name!r} is not valid JSON: {e}",
                     kind="invalid_request",
                     provider="demo",
-                )
-            mtime = path.stat().st_mtime
-            cached = self._files.get(name)
-            if cached is None or cached[0] != mtime:
-                cached = (mtime, json.loads(path.read_text()))
-                self._files[name] = cached
-            data = cached[1]
-        if isinstance(data, dict) and "turns" in data:
-            return [list(t) for t in data["turns"]]
-        steps = data["steps"] if isinstance(data, dict) else data
-        return [list(steps)]
+                ) from None
+            cached = (stat.st_mtime, data)
+            self._files[name] = cached
+        return cached[1]
+
+    async def _script(self, name: str) -> list[list[dict[str, Any]]]:
+        """The script as one list of steps per user turn (a single list repeats)."""
+        data: Any
+        if name in BUILTIN_SCRIPTS:
+            data = BUILTIN_SCRIPTS[name]
+        else:
+            data = await asyncio.to_thread(self._load, name)
+        try:
+            if isinstance(data, dict) and "turns" in data:
+                return [list(t) for t in data["turns"]]
+            steps = data["steps"] if isinstance(data, dict) else data
+            if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps):
+                raise TypeError("a script is a list of steps (JSON objects)")
+            return [list(steps)]
+        except (KeyError, TypeError) as e:
+            raise ProviderError(
+                f"demo script {name!r} is not a script: {e}",
+                kind="invalid_request",
+                provider="demo",
+            ) from None
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamPart]:
-        turns = self._script(request.model)
+        turns = await self._script(request.model)
         user_turn, position = _position(request.messages)
         steps = turns[min(user_turn, len(turns) - 1)]
         step: dict[str, Any] = (

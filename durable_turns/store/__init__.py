@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from durable_turns.store.base import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
+from durable_turns.store.base import (
+    StepRecord,
+    ToolResultRecord,
+    TranscriptStore,
+    TurnRecord,
+    mask_url,
+)
 
 
 def open_store(url: str) -> TranscriptStore:
@@ -20,7 +26,16 @@ def open_store(url: str) -> TranscriptStore:
                 "a PostgreSQL store needs the 'postgres' extra: pip install 'durable-turns[postgres]'"
             ) from e
         return PostgresStore(url)
-    raise ValueError(f"unknown transcript store URL {url!r}: use sqlite:///PATH or postgresql://…")
+    raise ValueError(
+        f"unknown transcript store URL {mask_url(url)!r}: use sqlite:///PATH or postgresql://…"
+    )
 
 
-__all__ = ["StepRecord", "ToolResultRecord", "TranscriptStore", "TurnRecord", "open_store"]
+__all__ = [
+    "StepRecord",
+    "ToolResultRecord",
+    "TranscriptStore",
+    "TurnRecord",
+    "mask_url",
+    "open_store",
+]

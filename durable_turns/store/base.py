@@ -9,10 +9,15 @@ duplicates anything: ``add_*``/``save_*`` keep the first write, ``put_*`` replac
 from __future__ import annotations
 
 import abc
+import functools
+import re
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, Field
+from temporalio.exceptions import ApplicationError
 
+from durable_turns.contract import INVALID_REQUEST
 from durable_turns.messages import Message, Part, SourcePart, Usage
 
 
@@ -63,8 +68,73 @@ class ToolResultRecord(BaseModel):
     duration_ms: float = 0.0
 
 
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+_QUERY_PASSWORD = re.compile(r"((?:^|[?&;\s])password=)[^&;\s]*", re.I)
+
+
+def mask_url(url: str) -> str:
+    """A store or stream URL fit for errors and logs: its password becomes ``***``."""
+    return _QUERY_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***@", url))
+
+
+ID_FIELDS = ("id", "conversation_id", "turn_id", "request_id", "tool_call_id", "message_id")
+STORE_METHODS = (
+    "add_messages",
+    "put_message",
+    "messages",
+    "save_turn",
+    "get_turn",
+    "last_turn_number",
+    "save_step",
+    "steps",
+    "save_tool_result",
+    "tool_results",
+)
+
+
+def check_ids(value: Any) -> None:
+    """Refuse ids with a NUL character (PostgreSQL cannot store one) with a typed,
+    non-retryable ``InvalidRequest``, at once, instead of a minute of retries."""
+    if isinstance(value, str):
+        bad = "\x00" in value
+    elif isinstance(value, BaseModel):
+        bad = any("\x00" in v for f in ID_FIELDS if isinstance(v := getattr(value, f, None), str))
+    elif isinstance(value, list | tuple):
+        for item in value:
+            check_ids(item)
+        return
+    else:
+        return
+    if bad:
+        raise ApplicationError(
+            "an id contains a NUL character: ids are text without NUL",
+            type=INVALID_REQUEST,
+            non_retryable=True,
+        )
+
+
+def _checking_ids(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    async def checked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        for value in (*args, *kwargs.values()):
+            check_ids(value)
+        return await fn(self, *args, **kwargs)
+
+    return checked
+
+
 class TranscriptStore(abc.ABC):
-    """Async, idempotent persistence for conversations. Implementations: SQLite, PostgreSQL."""
+    """Async, idempotent persistence for conversations. Implementations: SQLite, PostgreSQL.
+
+    Every implementation's reads and writes refuse ids with a NUL character (``check_ids``).
+    """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in STORE_METHODS:
+            fn = cls.__dict__.get(name)
+            if fn is not None and not getattr(fn, "__isabstractmethod__", False):
+                setattr(cls, name, _checking_ids(fn))
 
     @abc.abstractmethod
     async def open(self) -> None:

@@ -49,7 +49,13 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 
 from durable_turns.messages import Message
-from durable_turns.store.base import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
+from durable_turns.store.base import (
+    StepRecord,
+    ToolResultRecord,
+    TranscriptStore,
+    TurnRecord,
+    mask_url,
+)
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -112,7 +118,7 @@ def _split_url(url: str) -> tuple[str, str | None]:
     """Remove this store's own ``schema`` query parameter; return (asyncpg DSN, schema)."""
     parts = urlsplit(url)
     if parts.scheme not in ("postgres", "postgresql"):
-        raise ValueError(f"not a PostgreSQL URL: {url!r}")
+        raise ValueError(f"not a PostgreSQL URL: {mask_url(url)!r}")
     query = parse_qsl(parts.query, keep_blank_values=True)
     schemas = [v for k, v in query if k == "schema"]
     rest = [(k, v) for k, v in query if k != "schema"]
@@ -143,9 +149,16 @@ class PostgresStore(TranscriptStore):
         if self._pool is not None:
             return
         settings = {"search_path": f'"{self.schema}"'} if self.schema else None
-        pool = await asyncpg.create_pool(
-            self.dsn, min_size=self.min_size, max_size=self.max_size, server_settings=settings
-        )
+        try:
+            pool = await asyncpg.create_pool(
+                self.dsn, min_size=self.min_size, max_size=self.max_size, server_settings=settings
+            )
+        except Exception as e:
+            password = urlsplit(self.dsn).password
+            if password and password in str(e):  # never print the password
+                masked = str(e).replace(password, "***")
+                raise ConnectionError(f"{type(e).__name__}: {masked}") from None
+            raise
         try:
             async with pool.acquire() as conn:
                 await self._migrate(conn)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from durable_turns.store.base import mask_url
 from durable_turns.streams.base import (
     CHUNK,
     RESET,
@@ -60,7 +61,7 @@ def open_stream_backend(url: str | None) -> ChunkStreamBackend | None:
     if url.startswith("memory://"):
         return MemoryBackend(url.removeprefix("memory://"))
     raise ValueError(
-        f"unknown chunk stream URL {url!r}: use sqlite:///PATH, redis://HOST:PORT/DB,"
+        f"unknown chunk stream URL {mask_url(url)!r}: use sqlite:///PATH, redis://HOST:PORT/DB,"
         " memory:// or none"
     )
 

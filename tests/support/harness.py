@@ -101,6 +101,7 @@ class Harness:
             "TURNS_TASK_QUEUE": self.task_queue,
             "TURNS_STORE_URL": self.store_url,
             "TURNS_DATA_DIR": str(self.tmp / "data"),
+            "TURNS_DEMO_DIR": str(self.tmp),
             "TURNS_TOOLS": "tests.support.tools",
             "TURNS_HEARTBEAT_TIMEOUT_S": "2",
             "TEST_TOOL_LOG": str(self.tool_log),
@@ -117,10 +118,10 @@ class Harness:
         return worker
 
     def script(self, steps: Any, name: str = "script") -> str:
-        """Write a demo script; returns its model id."""
+        """Write a demo script into the workers' ``TURNS_DEMO_DIR``; returns its model id."""
         path = self.tmp / f"{name}-{uuid.uuid4().hex[:6]}.json"
         path.write_text(json.dumps(steps))
-        return f"demo:{path}"
+        return f"demo:{path.name}"
 
     async def store(self) -> TranscriptStore:
         if self._store is None:

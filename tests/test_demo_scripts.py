@@ -1,0 +1,61 @@
+"""``demo:`` script files come from ``TURNS_DEMO_DIR`` only, and the demo tools are offered
+to ``demo:`` models only. Real worker processes; the OpenAI SDK against the replay server."""
+
+from __future__ import annotations
+
+import json
+
+from tests.llm_server import LLMServer
+from tests.support.harness import Harness
+
+MAX_SCRIPT_BYTES = 1 << 20  # durable_turns.models.demo.MAX_SCRIPT_BYTES
+
+
+async def test_a_script_outside_the_demo_dir_is_never_read(harness: Harness) -> None:
+    harness.start_worker()
+    outside = harness.tmp / "outside"
+    outside.mkdir()
+    secret = outside / "secret.json"
+    secret.write_text(json.dumps([{"text": "SECRET-CONTENT"}]))
+    for model in (f"demo:{secret}", "demo:outside/secret.json", "demo:../secret.json"):
+        result = await harness.send(harness.conv("outside"), "hi", model=model)
+        assert result.status == "error" and result.error is not None
+        assert "SECRET-CONTENT" not in (result.text + result.error.message)
+        assert "not found" in result.error.message
+
+
+async def test_no_existence_oracle_on_the_worker_s_files(harness: Harness) -> None:
+    harness.start_worker()
+    errors = []
+    for name in ("/etc/hostname", "/etc/no-such-file-here"):
+        result = await harness.send(harness.conv("oracle"), "hi", model=f"demo:{name}")
+        assert result.status == "error" and result.error is not None
+        errors.append(result.error.message.replace(name, "NAME"))
+    assert errors[0] == errors[1]
+
+
+async def test_scripts_by_name_from_the_demo_dir_with_a_size_cap(harness: Harness) -> None:
+    harness.start_worker()
+    (harness.tmp / "greet.json").write_text(json.dumps([{"text": "hello from the folder"}]))
+    for model in ("demo:greet", "demo:greet.json"):
+        result = await harness.send(harness.conv("named"), "hi", model=model)
+        assert result.status == "completed" and result.text == "hello from the folder"
+    big = [{"text": "x" * 1000}] * (MAX_SCRIPT_BYTES // 1000 + 10)
+    (harness.tmp / "big.json").write_text(json.dumps(big))
+    result = await harness.send(harness.conv("big"), "hi", model="demo:big")
+    assert result.status == "error" and result.error is not None
+    assert f"over {MAX_SCRIPT_BYTES} bytes" in result.error.message
+
+
+async def test_the_demo_tools_are_offered_to_demo_models_only(
+    harness: Harness, server: LLMServer
+) -> None:
+    harness.start_worker(OPENAI_BASE_URL=server.openai_base_url, OPENAI_API_KEY="sk-test-key")
+    server.script("openai/chat_text.sse")
+    result = await harness.send(harness.conv("real"), "weather in Paris?", model="openai:gpt-x")
+    assert result.status == "completed", result.error
+    offered = [t["function"]["name"] for t in server.requests[0].body.get("tools", [])]
+    assert "get_weather" not in offered and "add" in offered  # the worker's own tools are
+    demo = await harness.send(harness.conv("demo"), "weather in Paris?", model="demo:weather")
+    assert demo.status == "completed" and demo.steps == 2  # it called get_weather
+    assert "Here is the forecast for Paris" in demo.text
