@@ -151,7 +151,7 @@ def plan_conversation(conv: str, index: int, turns: int, rng: random.Random) -> 
 def write_script(folder: Path, conv: str, plan: list[Expected]) -> str:
     path = folder / f"{conv}.json"
     path.write_text(json.dumps({"turns": [e.steps for e in plan]}))
-    return f"demo:{path}"
+    return f"demo:{path.name}"  # by name, from the workers' TURNS_DEMO_DIR
 
 
 # --- the pieces that fail: the server and the workers ---------------------------------------
