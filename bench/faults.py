@@ -460,37 +460,66 @@ def disruptions(
     return seen
 
 
-def sticky_worker(history: WorkflowHistory, before: float) -> str | None:
-    """The pid of the worker that ran the workflow's last task before ``before``: the one whose
-    cache (and sticky queue) the workflow's next task goes to first."""
-    last = None
-    for event in history.events:
-        if _when(event) >= before:
-            break
-        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            last = event.workflow_task_started_event_attributes.identity.split("@", 1)[0]
-    return last
+def held_by(
+    history: WorkflowHistory, pid: str, at: float, since: float, until: float
+) -> str | None:
+    """How the worker ``pid``, stopped at ``at``, held part of this workflow's work between
+    ``since`` and ``until`` (one turn's span); None when it did not.
 
-
-def identities(
-    history: WorkflowHistory, since: float | None = None, until: float | None = None
-) -> set[str]:
-    """The pids of the workers that started or completed a task in ``history`` (in a window)."""
-    found = set()
+    Its workflow task was running (it timed out), or the workflow sat in its cache and its next
+    task came in that span (it waits on the dead worker's sticky queue), or one of the
+    workflow's activities was running on it (it is retried), or was retried after ``at``.
+    """
+    sticky = None
+    next_task = None
+    last_worker = None
+    task_worker: dict[int, str] = {}
+    activities: dict[int, dict[str, Any]] = {}
     for event in history.events:
-        if (since is not None and _when(event) < since) or (
-            until is not None and _when(event) > until
+        when, kind = _when(event), event.event_type
+        if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
+            last_worker = event.workflow_task_started_event_attributes.identity.split("@", 1)[0]
+            task_worker[event.event_id] = last_worker
+            if when < at:
+                sticky = last_worker
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED and when >= at:
+            next_task = when if next_task is None else next_task
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+            attrs_t = event.workflow_task_timed_out_event_attributes
+            # started on the worker and never finished, or waiting on its sticky queue
+            owner = task_worker.get(attrs_t.started_event_id, last_worker)
+            if owner == pid and max(at, since) <= when <= until:
+                return "workflow task timed out"
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            activities[event.event_id] = {"scheduled": when}
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            attrs = event.activity_task_started_event_attributes
+            activities.get(attrs.scheduled_event_id, {}).update(
+                started=when, attempt=attrs.attempt, pid=attrs.identity.split("@", 1)[0]
+            )
+        elif kind in (
+            EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
+            EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED,
         ):
+            closed = event.activity_task_completed_event_attributes.scheduled_event_id or (
+                event.activity_task_failed_event_attributes.scheduled_event_id
+                or event.activity_task_timed_out_event_attributes.scheduled_event_id
+                or event.activity_task_canceled_event_attributes.scheduled_event_id
+            )
+            activities.get(closed, {})["closed"] = when
+    for act in activities.values():
+        started, closed = act.get("started"), act.get("closed", float("inf"))
+        if started is None or closed < since or started > until:
             continue
-        for attrs in (
-            event.workflow_task_started_event_attributes,
-            event.workflow_task_completed_event_attributes,
-            event.activity_task_started_event_attributes,
-            event.activity_task_completed_event_attributes,
-        ):
-            if attrs.identity:
-                found.add(attrs.identity.split("@", 1)[0])
-    return found
+        if act["pid"] == pid and started < at < closed:
+            return "activity running on it"
+        if act["attempt"] > 1 and act["scheduled"] < at < started:
+            return f"activity retried (attempt {act['attempt']})"
+    if sticky == pid and next_task is not None and since <= next_task <= until:
+        return "cached on it (sticky)"
+    return None
 
 
 def stats(values: list[float]) -> dict[str, Any]:
@@ -738,18 +767,24 @@ def classify(
         troubles = [d for h in histories for d in disruptions(h)]
         if conv is not None:
             troubles += [f"conversation: {d}" for d in disruptions(conv, t["sent"], t["done"])]
-        turn_ids = set().union(*(identities(h) for h in histories)) if histories else set()
-        conv_ids = identities(conv, t["sent"], t["done"]) if conv else set()
-        sticky = sticky_worker(conv, t["sent"]) if conv else None
+        t["hit_how"] = []
         for f in faults:
             if f.kind == "restart":
                 if f.at <= t["done"] and (f.until or f.at) >= t["sent"]:
                     hits.append(f.kind)
-            elif t["sent"] <= f.at <= t["done"]:
-                if str(f.pid) in turn_ids or str(f.pid) in conv_ids or troubles:
+                continue
+            if not t["sent"] - 30 <= f.at <= t["done"]:
+                continue
+            pid = str(f.pid)
+            for name, history in [("turn", h) for h in histories] + [("conversation", conv)]:
+                how = (
+                    held_by(history, pid, f.at, t["sent"], t["done"])
+                    if history is not None
+                    else None
+                )
+                if how:
                     hits.append(f.kind)
-            elif t["sent"] - 30 < f.at < t["sent"] and str(f.pid) == sticky:
-                hits.append(f.kind)  # sent to a conversation cached on a worker just killed
+                    t["hit_how"].append(f"{f.kind} of {pid}: {name} {how}")
         t["hit_by"] = sorted(set(hits))
         t["disruptions"] = troubles
     baseline = {
