@@ -914,6 +914,33 @@ def render_markdown(
     return "\n".join(out) + "\n"
 
 
+def rounded(value: Any) -> Any:
+    """Floats to milliseconds (and microseconds below 1): the results file stays small."""
+    if isinstance(value, float):
+        return round(value, 3) if abs(value) >= 1 else round(value, 6)
+    if isinstance(value, dict):
+        return {k: rounded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [rounded(v) for v in value]
+    return value
+
+
+def dump_json(payload: dict[str, Any]) -> str:
+    """The report as JSON; each turn's record on one line, so the file stays small and diffs."""
+    data = rounded(json.loads(json.dumps(payload, default=str)))
+    compact: dict[str, str] = {}
+    for report in data["reports"]:
+        rows = report["recovery"]["turns"]
+        for i, row in enumerate(rows):
+            key = f"@turn-{len(compact)}@"
+            compact[key] = json.dumps(row, ensure_ascii=False, separators=(",", ":"))
+            rows[i] = key
+    text = json.dumps(data, indent=1, ensure_ascii=False)
+    for key, row in compact.items():
+        text = text.replace(f'"{key}"', row, 1)
+    return text + "\n"
+
+
 async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.faults", description=__doc__.split("\n")[0]
@@ -937,7 +964,9 @@ async def main(argv: list[str] | None = None) -> int:
     meta: dict[str, Any] = {
         "mode": "quick" if quick else "full",
         "date": now_iso(),
-        "command": "python -m bench.faults " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": " ".join(
+            ["python -m bench.faults", *(argv if argv is not None else sys.argv[1:])]
+        ),
         "machine": machine_info(),
         "code": code_version(),
         "python": sys.version.split()[0],
@@ -979,9 +1008,7 @@ async def main(argv: list[str] | None = None) -> int:
     stem = args.out or ("faults-quick" if quick else "faults")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{stem}.md").write_text(render_markdown(meta, rows, reports))
-    (RESULTS / f"{stem}.json").write_text(
-        json.dumps({**meta, "reports": reports}, indent=1, default=str) + "\n"
-    )
+    (RESULTS / f"{stem}.json").write_text(dump_json({**meta, "reports": reports}))
     print(f"\nwrote {RESULTS / (stem + '.md')}")
     return 1 if any(sum(r["counts"].values()) for r in reports) else 0
 
