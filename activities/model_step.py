@@ -43,6 +43,7 @@ from durable_turns.messages import (
 from durable_turns.models import ModelProvider, ModelRequest, ProviderError
 from durable_turns.store import StepRecord
 from durable_turns.streams import ChunkPublisher
+from durable_turns.tools import ToolRegistry
 from durable_turns.transforms import UnknownTransform, apply_transforms, resolve_transforms
 
 SAMPLING = (
@@ -73,7 +74,7 @@ class ModelStepActivities:
             steps = await self.deps.store.steps(turn.turn_id, turn.run)
             stored = next((s for s in steps if s.step == inp.step), None)
             if stored is not None:  # a retried attempt: the model is not asked again
-                return _summary(stored)
+                return _summary(stored, self.deps.tools)
             prior = [s for s in steps if s.step < inp.step]
             results = await self.deps.store.tool_results(turn.turn_id)
             config = ctx_build.turn_config(turn)
@@ -138,7 +139,7 @@ class ModelStepActivities:
             )
             # A store outage here is waited out (PatientStore): the model is not asked again.
             saved = await self.deps.store.save_step(turn.turn_id, record, owner=turn.owner)
-            summary = _summary(saved)
+            summary = _summary(saved, self.deps.tools)
             if publisher is not None:
                 await publisher.step_finish(
                     {"finish_reason": summary.finish_reason, "usage": summary.usage.model_dump()}
@@ -273,12 +274,22 @@ def _record(step: int, run: int, model: str, snap: StepSnapshot) -> StepRecord:
     )
 
 
-def _summary(step: StepRecord) -> StepSummary:
-    calls = [p for p in step.parts if isinstance(p, ToolCallPart)]
+def _summary(step: StepRecord, tools: ToolRegistry) -> StepSummary:
     return StepSummary(
         step=step.step,
         finish_reason=step.finish_reason,
-        tool_calls=[ToolCallRef(tool_call_id=c.tool_call_id, tool_name=c.tool_name) for c in calls],
+        tool_calls=[_call_ref(p, tools) for p in step.parts if isinstance(p, ToolCallPart)],
         usage=step.usage,
         text_chars=sum(len(p.text) for p in step.parts if isinstance(p, TextPart)),
+    )
+
+
+def _call_ref(call: ToolCallPart, tools: ToolRegistry) -> ToolCallRef:
+    """A tool call as the workflow schedules it: with the tool's own time limit and retries."""
+    tool = tools.get(call.tool_name)
+    return ToolCallRef(
+        tool_call_id=call.tool_call_id,
+        tool_name=call.tool_name,
+        timeout_s=tool.timeout_s if tool is not None else None,
+        retries=tool.retries if tool is not None else 0,
     )

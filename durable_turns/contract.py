@@ -510,6 +510,10 @@ class ModelStepInput(_Wire):
 class ToolCallRef(_Wire):
     tool_call_id: str
     tool_name: str
+    timeout_s: float | None = None
+    """The tool's own ``@tool(timeout_s=…)`` (None: not a tool of the worker's registry)."""
+    retries: int = 0
+    """The tool's ``@tool(retries=…)``."""
 
 
 class StepSummary(_Wire):

@@ -4,8 +4,11 @@ UTF-8, failures in the log. Real worker processes on the real dev server, defaul
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
+
+from temporalio.api.enums.v1 import EventType
 
 from durable_turns.messages import ToolResultPart
 from tests.support.harness import Harness
@@ -105,6 +108,16 @@ async def test_a_tool_with_retries_is_run_again_after_a_timeout(harness: Harness
     assert result.status == "completed" and result.text == "answered on attempt 2"
     assert [r["attempt"] for r in harness.tool_runs()] == [1, 2]
     assert not (await tool_result(harness, conversation)).is_error
+    # the UI shows the tool's limits on its activity
+    history = await harness.client.get_workflow_handle(result.workflow_id).fetch_history()
+    [scheduled] = [
+        e
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == "tool_call"
+    ]
+    summary = json.loads(scheduled.user_metadata.summary.data)
+    assert summary == "tool hang_once · timeout 1s · retries 2"
 
 
 async def test_a_tool_not_safe_to_retry_is_not_retried_after_a_timeout(harness: Harness) -> None:

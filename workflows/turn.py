@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         StepSummary,
         StopCondition,
         ToolCallInput,
+        ToolCallRef,
         ToolOutcome,
         ToolResolution,
         TurnInput,
@@ -307,14 +308,12 @@ class TurnWorkflow:
         self._status = f"tools of step {summary.step}"
         self._tools.extend(c.tool_name for c in summary.tool_calls)
         outcomes = await asyncio.gather(
-            *(
-                self._tool_call(ref, plan, summary.step, c.tool_call_id, c.tool_name)
-                for c in summary.tool_calls
-            )
+            *(self._tool_call(ref, plan, summary.step, c) for c in summary.tool_calls)
         )
         pending = [o for o in outcomes if o.pending]
         if not pending:
             return False
+        calls = {c.tool_call_id: c for c in summary.tool_calls}
         await self._wait_for_client(plan, pending)
         await asyncio.gather(
             *(
@@ -322,8 +321,7 @@ class TurnWorkflow:
                     ref,
                     plan,
                     summary.step,
-                    o.tool_call_id,
-                    o.tool_name,
+                    calls[o.tool_call_id],
                     self._resolutions[o.tool_call_id],
                 )
                 for o in pending
@@ -336,24 +334,30 @@ class TurnWorkflow:
         ref: TurnRef,
         plan: TurnPlan,
         step: int,
-        tool_call_id: str,
-        tool_name: str,
+        call: ToolCallRef,
         resolution: ToolResolution | None = None,
     ) -> Awaitable[ToolOutcome]:
+        # The activity may run as long as the tool's own limit allows, every retry
+        # included (the tool's timeout is enforced inside the activity), with a margin.
+        limit = plan.tool_timeout_s
+        if call.timeout_s is not None:
+            limit = max(limit, call.timeout_s * (call.retries + 1) + TOOL_TIMEOUT_MARGIN_S)
+        details = "" if resolution else _tool_limits(call)
         return workflow.execute_activity(
             TOOL_CALL,
             ToolCallInput(
                 turn=ref,
                 step=step,
-                tool_call_id=tool_call_id,
-                tool_name=tool_name,
+                tool_call_id=call.tool_call_id,
+                tool_name=call.tool_name,
                 resolution=resolution,
             ),
             result_type=ToolOutcome,
-            start_to_close_timeout=timedelta(seconds=plan.tool_timeout_s),
+            start_to_close_timeout=timedelta(seconds=limit),
             heartbeat_timeout=options.heartbeat(plan),
             retry_policy=options.TOOL_RETRY,
-            summary=f"tool {tool_name}" + (" · client's answer" if resolution else ""),
+            summary=f"tool {call.tool_name}{details}"
+            + (" · client's answer" if resolution else ""),
         )
 
     async def _wait_for_client(self, plan: TurnPlan, pending: list[ToolOutcome]) -> None:
@@ -437,6 +441,18 @@ class TurnWorkflow:
             retry_policy=options.BOOKKEEPING_RETRY,
             summary=f"fail turn · {error.type}",
         )
+
+
+TOOL_TIMEOUT_MARGIN_S = 30.0
+"""Beyond a tool's own time limit: the activity's bookkeeping around the run."""
+
+
+def _tool_limits(call: ToolCallRef) -> str:
+    """``· timeout 20s · retries 2`` for the activity's summary (nothing for client tools)."""
+    if call.timeout_s is None:
+        return ""
+    text = f" · timeout {call.timeout_s:g}s"
+    return text + (f" · retries {call.retries}" if call.retries else "")
 
 
 LOCAL_BOOKKEEPING_PATCH = "local-begin-finish"
