@@ -21,7 +21,7 @@ from durable_turns.activities import loopwatch
 from durable_turns.activities.lifecycle import Lifecycle
 from durable_turns.contract import TOOL_ERROR, TOOL_TIMEOUT, ToolResolution, validation_problems
 from durable_turns.hooks.types import ToolCallContext, ToolCallDecision
-from durable_turns.models.providers import redact
+from durable_turns.models.secrets import redact
 from durable_turns.tools import Tool, ToolContext, ToolRegistry
 
 INTERRUPTED = "The tool call was interrupted before a result was recorded."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -115,9 +116,16 @@ def test_an_app_laid_out_like_temporals_samples_is_not_shadowed(tmp_path: Path) 
 
 
 def test_the_wheel_installs_one_top_level_name(tmp_path: Path) -> None:
+    source = tmp_path / "src"  # a copy, so the build leaves nothing in the checkout
+    shutil.copytree(
+        ROOT,
+        source,
+        symlinks=True,
+        ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.egg-info", "__pycache__"),
+    )
     built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(tmp_path), "."],
-        cwd=ROOT,
+        cwd=source,
         capture_output=True,
         text=True,
         timeout=300,

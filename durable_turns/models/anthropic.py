@@ -69,13 +69,13 @@ from durable_turns.models.providers import (
     is_context_overflow,
     is_transport_error,
     kind_for_status,
-    redact,
     retry_after,
     should_retry_header,
     split_steps,
     step_results,
     tool_output_text,
 )
+from durable_turns.models.secrets import redact
 
 DEFAULT_MAX_TOKENS = 4096
 """The API requires ``max_tokens``; used when the turn sets no ``max_output_tokens``."""

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from durable_turns.hooks.types import CacheConfig
 from durable_turns.messages import Message, StreamPart, ToolChoice, ToolSpec
+from durable_turns.models.secrets import redact
 
 ErrorKind = Literal["transient", "context_overflow", "auth", "invalid_request", "fatal"]
 
@@ -41,7 +42,6 @@ class ProviderError(Exception):
         retry_after: float | None = None,
         provider: str = "",
     ) -> None:
-        from durable_turns.models.providers import redact  # (providers imports this module)
 
         super().__init__(redact(message))  # the final text: keys never reach errors or logs
         self.kind = kind

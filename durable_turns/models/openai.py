@@ -80,7 +80,6 @@ from durable_turns.models.providers import (
     is_context_overflow,
     is_transport_error,
     kind_for_status,
-    redact,
     retry_after,
     should_retry_header,
     split_steps,
@@ -88,6 +87,7 @@ from durable_turns.models.providers import (
     tool_input_json,
     tool_output_text,
 )
+from durable_turns.models.secrets import redact
 
 PLACEHOLDER_KEY = "sk-no-key-required"
 CHARS_PER_TOKEN = 4.0
