@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from datetime import timedelta
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from temporalio import workflow
@@ -58,6 +59,9 @@ with workflow.unsafe.imports_passed_through():
     from durable_turns.messages import Usage
     from durable_turns.workflows import options
     from durable_turns.workflows.intake import ABSENT, Rejected, decode
+
+
+T = TypeVar("T")
 
 
 @workflow.defn(name=TURN_WORKFLOW)
@@ -208,25 +212,9 @@ class TurnWorkflow:
             + (" (continuation)" if inp.continuation else "")
             + (f" · re-run {run} after compaction" if run else "")
         )
-        if _local_bookkeeping():
-            plan = await workflow.execute_local_activity(
-                BEGIN_TURN,
-                begin,
-                result_type=TurnPlan,
-                start_to_close_timeout=options.SHORT,
-                retry_policy=options.BOOKKEEPING_RETRY,
-                summary=summary,
-            )
-        else:
-            plan = await workflow.execute_activity(
-                BEGIN_TURN,
-                begin,
-                result_type=TurnPlan,
-                start_to_close_timeout=options.SHORT,
-                heartbeat_timeout=options.BEGIN_HEARTBEAT,
-                retry_policy=options.BOOKKEEPING_RETRY,
-                summary=summary,
-            )
+        plan = await self._bookkeeping(
+            BEGIN_TURN, begin, TurnPlan, summary, options.BEGIN_HEARTBEAT
+        )
         self._stage = "stream"
         if not plan.skip:
             self._model = plan.model
@@ -399,23 +387,9 @@ class TurnWorkflow:
         self._status = status
         self._stage = "persist"
         finish = FinishTurnInput(turn=ref, steps=steps, status=status, continuation=continuation)
-        if _local_bookkeeping():
-            return await workflow.execute_local_activity(
-                FINISH_TURN,
-                finish,
-                result_type=TurnResult,
-                start_to_close_timeout=options.SHORT,
-                retry_policy=options.BOOKKEEPING_RETRY,
-                summary=f"finish turn · {status}",
-            )
-        return await workflow.execute_activity(
-            FINISH_TURN,
-            finish,
-            result_type=TurnResult,
-            start_to_close_timeout=options.SHORT,
-            heartbeat_timeout=options.heartbeat(plan) if plan else options.BEGIN_HEARTBEAT,
-            retry_policy=options.BOOKKEEPING_RETRY,
-            summary=f"finish turn · {status}",
+        heartbeat = options.heartbeat(plan) if plan else options.BEGIN_HEARTBEAT
+        return await self._bookkeeping(
+            FINISH_TURN, finish, TurnResult, f"finish turn · {status}", heartbeat
         )
 
     async def _fail(
@@ -423,23 +397,32 @@ class TurnWorkflow:
     ) -> TurnResult:
         self._status = "error"
         fail = FailTurnInput(turn=ref, steps=steps, error=error, continuation=continuation)
+        return await self._bookkeeping(
+            FAIL_TURN, fail, TurnResult, f"fail turn · {error.type}", options.BEGIN_HEARTBEAT
+        )
+
+    async def _bookkeeping(
+        self, name: str, arg: Any, result_type: type[T], summary: str, heartbeat: timedelta
+    ) -> T:
+        """begin, finish or fail turn: a local activity (a regular one in turns recorded
+        before the change, whose histories must replay as they ran)."""
         if _local_bookkeeping():
             return await workflow.execute_local_activity(
-                FAIL_TURN,
-                fail,
-                result_type=TurnResult,
+                name,
+                arg,
+                result_type=result_type,
                 start_to_close_timeout=options.SHORT,
                 retry_policy=options.BOOKKEEPING_RETRY,
-                summary=f"fail turn · {error.type}",
+                summary=summary,
             )
         return await workflow.execute_activity(
-            FAIL_TURN,
-            fail,
-            result_type=TurnResult,
+            name,
+            arg,
+            result_type=result_type,
             start_to_close_timeout=options.SHORT,
-            heartbeat_timeout=options.BEGIN_HEARTBEAT,
+            heartbeat_timeout=heartbeat,
             retry_policy=options.BOOKKEEPING_RETRY,
-            summary=f"fail turn · {error.type}",
+            summary=summary,
         )
 
 
