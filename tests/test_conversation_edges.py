@@ -440,12 +440,12 @@ async def test_a_store_outage_at_start_loses_nothing(harness: Harness) -> None:
         result = await asyncio.wait_for(send, 40)
         assert result.status == "completed" and result.text == "You said: hello"
         history = await harness.turns.conversation(conversation).fetch_history()
-        [opened] = [
+        # it waited for the store inside one attempt, and a longer outage is retried forever
+        [_opened] = [
             m
             for e in history.events
             if (m := local_activity_marker(e)) and m["activity_type"] == "open_conversation"
         ]
-        assert opened["attempt"] > 1, "it was retried while the store was down"
         assert options.BOOKKEEPING_RETRY.maximum_attempts == 0, "retries until the store is back"
     finally:
         await proxy.close()
