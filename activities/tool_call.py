@@ -6,6 +6,7 @@ runs the tool twice once it has finished; tools receive that id as an idempotenc
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -16,7 +17,13 @@ from durable_turns.activities import context as ctx_build
 from durable_turns.activities.deps import ActivityDeps, keep_alive
 from durable_turns.activities.lifecycle import OnChunk
 from durable_turns.activities.tool_calls import jsonable, run_tool_call
-from durable_turns.contract import TOOL_CALL, ToolCallInput, ToolOutcome
+from durable_turns.contract import (
+    MAX_TOOL_OUTPUT_BYTES,
+    TOOL_CALL,
+    TOOL_OUTPUT_TOO_LARGE,
+    ToolCallInput,
+    ToolOutcome,
+)
 from durable_turns.hooks.types import ToolCallContext, ToolCallResultContext
 from durable_turns.messages import ToolCallPart, ToolResultChunk
 from durable_turns.store import StepRecord, ToolResultRecord, TurnRecord
@@ -63,6 +70,13 @@ class ToolCallActivities:
                 )
             duration_ms = (time.monotonic() - started) * 1000
             run.output = jsonable(run.output)  # JSON-safe once, here: UTF-8, no NUL
+            if (size := len(json.dumps(run.output).encode())) > MAX_TOOL_OUTPUT_BYTES:
+                run.output = (
+                    f"{TOOL_OUTPUT_TOO_LARGE}: tool {call.tool_name!r} returned {size} bytes,"
+                    f" over the limit of {MAX_TOOL_OUTPUT_BYTES}; return less (a summary, or a"
+                    " reference the model can ask another tool about)"
+                )
+                run.is_error = True
             if on_chunk is not None:
                 await on_chunk(_result_chunk(call, run.output, run.is_error))
             await self.deps.lifecycle.after_tool_call(

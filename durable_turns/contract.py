@@ -96,6 +96,10 @@ TURN_ID_PATTERN = re.compile(r"/turn-[0-9]")
 """What no client-chosen conversation or request id may contain: every turn's workflow id
 does (``<conversation id>/turn-<n>``), so no id a client can start ever collides with one."""
 
+MAX_TOOL_OUTPUT_BYTES = 1024 * 1024
+"""A tool's output (as JSON) over this many bytes is not stored nor shown to the model: the
+model gets a ``ToolOutputTooLarge`` error result instead (every later step would resend it)."""
+
 MAX_RESULT_TEXT_BYTES = 64 * 1024
 """TurnResult.text carries at most this much of a reply (UTF-8); the whole reply is the stored
 message ``TurnResult.message_id`` (``text_truncated`` says when it was cut)."""
@@ -127,6 +131,8 @@ MESSAGE_ID_CONFLICT = "MessageIdConflict"
 """A request reuses one message id for two messages."""
 WORKER_SHUTDOWN = "WorkerShutdown"
 """A worker stopped mid-step past its shutdown grace: the step is re-run in full."""
+TOOL_OUTPUT_TOO_LARGE = "ToolOutputTooLarge"
+"""A tool returned more than :data:`MAX_TOOL_OUTPUT_BYTES`."""
 TOOL_TIMEOUT = "ToolTimeout"
 TOOL_ERROR = "ToolError"
 """A tool that timed out or raised, retried as a new attempt (only with ``@tool(retries=…)``)."""

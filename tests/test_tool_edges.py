@@ -155,3 +155,16 @@ async def test_every_tool_failure_is_logged_with_its_traceback(harness: Harness)
     log = worker.log_tail(20_000)
     assert "tool explode (call" in log and "Traceback (most recent call last)" in log
     assert 'raise RuntimeError("the tool exploded")' in log
+
+
+async def test_an_oversized_tool_output_is_a_typed_error_the_model_sees(harness: Harness) -> None:
+    harness.start_worker(TURNS_TOOLS=TOOLS)
+    conversation = harness.conv("flood")
+    result = await asyncio.wait_for(
+        harness.send(conversation, "go", model=harness.script(calling("flood", megabytes=3))), 60
+    )
+    assert result.status == "completed"
+    part = await tool_result(harness, conversation)
+    assert part.is_error and part.output.startswith("ToolOutputTooLarge: tool 'flood' returned")
+    assert result.text.startswith("ToolOutputTooLarge")  # what the model was given
+    assert [r["tool"] for r in harness.tool_runs()] == ["flood"]  # run once, not retried

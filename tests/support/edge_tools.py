@@ -43,3 +43,14 @@ async def surrogate(args: NoArgs, ctx: ToolContext) -> dict[str, str]:
     """Returns text that is not valid UTF-8 (a lone surrogate) and a NUL."""
     _log(ctx)
     return {"text": "bad \ud800 text", "nul": "a\x00b"}
+
+
+class SizeArgs(BaseModel):
+    megabytes: float = Field(ge=0, le=50)
+
+
+@tool
+async def flood(args: SizeArgs, ctx: ToolContext) -> str:
+    """Returns far more text than a tool may."""
+    _log(ctx)
+    return "x" * int(args.megabytes * 1024 * 1024)
