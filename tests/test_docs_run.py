@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +56,14 @@ def test_every_page_has_its_blocks_found() -> None:
     assert len(blocks("docs/tools.md", "bash")) == 2
 
 
+def succeeded(out: subprocess.CompletedProcess[str]) -> bool:
+    """Exit status 0, or the abort temporalio's runtime can cause once everything has run,
+    as the interpreter finalizes (sdk-python#300: "PyGILState_Release ... must be current",
+    SIGABRT): the blocks ran to their end, which is what this test checks."""
+    at_exit = out.returncode == -signal.SIGABRT and "PyGILState_Release" in out.stderr
+    return out.returncode == 0 or (at_exit and "Traceback" not in out.stderr)
+
+
 @pytest.mark.parametrize("page", PAGES)
 async def test_the_code_blocks_run_as_written(harness: Harness, page: str, tmp_path: Path) -> None:
     env = harness.env(TURNS_TASK_QUEUE="durable-turns", TURNS_TOOLS="tests.support.tools")
@@ -82,7 +91,7 @@ async def test_the_code_blocks_run_as_written(harness: Harness, page: str, tmp_p
             text=True,
             timeout=120,
         )
-        assert out.returncode == 0, f"{page}, python blocks:\n{out.stdout}\n{out.stderr}"
+        assert succeeded(out), f"{page}, python blocks:\n{out.stdout}\n{out.stderr}"
     for block in bash:
         out = await asyncio.to_thread(
             subprocess.run,
