@@ -55,6 +55,7 @@ async def in_process_workers(b: Bench) -> AsyncIterator[None]:
         task_queue=f"bench-engine-{tag}",
         store_url=f"sqlite:///{b.tmp / f'engine-{tag}.db'}",
         data_dir=b.tmp / "data",
+        demo_dir=b.tmp,  # where bench.common.script() writes
     )
     store = open_store(settings.resolved_store_url)
     b.engine_queue, b.floor_queue, b.store = settings.task_queue, f"bench-floor-{tag}", store

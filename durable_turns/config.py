@@ -112,7 +112,9 @@ class Settings:
     cancel_check_ms: int = 500
     """TURNS_CANCEL_CHECK_MS: how often a model step's heartbeat reaches the server, which is
     how soon it learns of a cancelChat (one heartbeat RPC each; 0: the SDK's throttling)."""
-    """TURNS_SHUTDOWN_GRACE_S: on SIGTERM, how long running activities may finish first."""
+    demo_dir: Path | None = None
+    """TURNS_DEMO_DIR: the folder ``demo:<name>`` script files are read from (by name only);
+    unset: only the built-in scripts."""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -141,6 +143,7 @@ class Settings:
             client_tool_timeout_s=float(_env("TURNS_CLIENT_TOOL_TIMEOUT_S", "3600") or 3600),
             shutdown_grace_s=float(_env("TURNS_SHUTDOWN_GRACE_S", "10") or 0),
             cancel_check_ms=int(_env("TURNS_CANCEL_CHECK_MS", "500") or 0),
+            demo_dir=Path(demo) if (demo := _env("TURNS_DEMO_DIR")) else None,
         )
 
     def __post_init__(self) -> None:

@@ -36,7 +36,10 @@ class ModelRegistry:
 
             return OpenAIProvider(timeout=settings.step_timeout_s)
 
-        return cls({"anthropic": anthropic, "openai": openai})
+        def demo() -> ModelProvider:
+            return DemoProvider(str(settings.demo_dir) if settings.demo_dir else None)
+
+        return cls({"demo": demo, "anthropic": anthropic, "openai": openai})
 
     def register(self, prefix: str, factory: Callable[[], ModelProvider]) -> None:
         self._factories[prefix] = factory
