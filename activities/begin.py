@@ -8,8 +8,9 @@ from temporalio.exceptions import ApplicationError
 from durable_turns.activities import compaction
 from durable_turns.activities import context as ctx_build
 from durable_turns.activities.compact import store_compaction
-from durable_turns.activities.deps import ActivityDeps, keep_alive
+from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.errors import INVALID_MODEL, INVALID_REQUEST, taken_over
+from durable_turns.activities.heartbeats import keep_alive
 from durable_turns.contract import BEGIN_TURN, BeginTurnInput, TurnPlan, model_id_problem
 from durable_turns.hooks.types import TurnConfig, TurnContext
 from durable_turns.messages import Message

@@ -10,7 +10,8 @@ from temporalio import activity
 
 from durable_turns.activities import compaction
 from durable_turns.activities import context as ctx_build
-from durable_turns.activities.deps import ActivityDeps, keep_alive
+from durable_turns.activities.deps import ActivityDeps
+from durable_turns.activities.heartbeats import keep_alive
 from durable_turns.contract import COMPACT, CompactInput, CompactResult
 from durable_turns.messages import Message
 from durable_turns.store import TurnRecord

@@ -11,7 +11,8 @@ from temporalio import activity
 
 from durable_turns import pricing
 from durable_turns.activities import context as ctx_build
-from durable_turns.activities.deps import ActivityDeps, keep_alive
+from durable_turns.activities.deps import ActivityDeps
+from durable_turns.activities.heartbeats import keep_alive
 from durable_turns.activities.structured_output import OUTPUT_ERROR, check_output, parse_output
 from durable_turns.contract import (
     CHAT_RESPONSE,

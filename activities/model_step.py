@@ -15,13 +15,14 @@ from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import context as ctx_build
 from durable_turns.activities.context import request_metadata
-from durable_turns.activities.deps import ActivityDeps, cancelled_by_user, keep_alive
+from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.errors import (
     INVALID_REQUEST,
     STREAM_STALLED,
     WORKER_SHUTDOWN,
     provider_failure,
 )
+from durable_turns.activities.heartbeats import cancelled_by_user, keep_alive
 from durable_turns.activities.streaming import StepSnapshot, StreamStalled, consume
 from durable_turns.contract import MODEL_STEP, ModelStepInput, StepSummary, ToolCallRef, TurnRef
 from durable_turns.hooks.types import (

@@ -14,7 +14,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import context as ctx_build
-from durable_turns.activities.deps import ActivityDeps, keep_alive
+from durable_turns.activities.deps import ActivityDeps
+from durable_turns.activities.heartbeats import keep_alive
 from durable_turns.activities.lifecycle import OnChunk
 from durable_turns.activities.tool_calls import jsonable, run_tool_call
 from durable_turns.contract import (

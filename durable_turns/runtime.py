@@ -36,7 +36,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_turns.activities import ActivityDeps, all_activities
-from durable_turns.activities.deps import worker_options
+from durable_turns.activities.heartbeats import worker_options
 from durable_turns.activities.lifecycle import call_hook
 from durable_turns.codec import data_converter_from_env
 from durable_turns.config import Settings, mask_url
