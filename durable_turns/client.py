@@ -137,10 +137,16 @@ class TurnsClient:
         request = self.request(content, model=model, body=body, request_id=request_id)
         return await self._update_with_start(conversation_id, UPDATE_START, request, RequestRecord)
 
-    async def result(self, conversation_id: str, record: RequestRecord) -> TurnResult:
-        """The result of a request's turn: the turn workflow's own result (a long poll)."""
-        if record.turn_number is None or not record.workflow_id:
-            return TurnResult(  # cancelled or rejected before it ever ran
+    async def result(
+        self, conversation_id: str, record: RequestRecord, poll_s: float = 0.1
+    ) -> TurnResult:
+        """The result of a request's turn: the turn workflow's own result (a long poll).
+
+        Always a ``TurnResult``: a request that never got a turn comes back ``aborted`` or
+        ``error``, and a turn whose workflow itself failed (terminated, timed out) comes back
+        ``error`` with the failure's type."""
+        if record.turn_number is None:  # cancelled or rejected before it ever ran
+            return TurnResult(
                 request_id=record.request_id,
                 conversation_id=conversation_id,
                 turn_number=0,
@@ -148,8 +154,32 @@ class TurnsClient:
                 status="aborted" if record.status == "aborted" else "error",
                 error=record.error,
             )
-        handle = self.client.get_workflow_handle(record.workflow_id, result_type=TurnResult)
-        return await handle.result()
+        handle = self.client.get_workflow_handle(
+            record.workflow_id or turn_workflow_id(conversation_id, record.turn_number),
+            result_type=TurnResult,
+        )
+        while True:
+            try:
+                return await handle.result()
+            except RPCError as e:  # started a moment ago: not visible yet
+                if e.status != RPCStatusCode.NOT_FOUND:
+                    raise
+            except WorkflowFailureError as e:  # the turn's workflow itself failed
+                cause: BaseException = e.cause
+                if isinstance(cause, ActivityError | ChildWorkflowError) and cause.cause:
+                    cause = cause.cause
+                return TurnResult(
+                    request_id=record.request_id,
+                    conversation_id=conversation_id,
+                    turn_number=record.turn_number,
+                    workflow_id=handle.id,
+                    status="error",
+                    error=ErrorInfo(
+                        type=getattr(cause, "type", None) or type(cause).__name__,
+                        message=getattr(cause, "message", None) or str(cause),
+                    ),
+                )
+            await asyncio.sleep(poll_s)
 
     async def _update_with_start(
         self, conversation_id: str, update: str, request: dict[str, Any], result_type: type[R]
@@ -243,43 +273,9 @@ class TurnsClient:
         )
 
     async def wait(self, conversation_id: str, request_id: str, poll_s: float = 0.1) -> TurnResult:
-        """The result of a submitted request, once its turn has run."""
+        """The result of a submitted request, once its turn has run (see :meth:`result`)."""
         record = await self._started(conversation_id, request_id, poll_s)
-        if record.turn_number is None:  # cancelled or rejected before it ever ran
-            return TurnResult(
-                request_id=request_id,
-                conversation_id=conversation_id,
-                turn_number=0,
-                workflow_id="",
-                status="aborted" if record.status == "aborted" else "error",
-                error=record.error,
-            )
-        handle = self.client.get_workflow_handle(
-            record.workflow_id or turn_workflow_id(conversation_id, record.turn_number),
-            result_type=TurnResult,
-        )
-        while True:
-            try:
-                return await handle.result()
-            except RPCError as e:  # started a moment ago: not visible yet
-                if e.status != RPCStatusCode.NOT_FOUND:
-                    raise
-            except WorkflowFailureError as e:  # the turn's workflow itself failed
-                cause: BaseException = e.cause
-                if isinstance(cause, ActivityError | ChildWorkflowError) and cause.cause:
-                    cause = cause.cause
-                return TurnResult(
-                    request_id=request_id,
-                    conversation_id=conversation_id,
-                    turn_number=record.turn_number,
-                    workflow_id=handle.id,
-                    status="error",
-                    error=ErrorInfo(
-                        type=getattr(cause, "type", None) or type(cause).__name__,
-                        message=getattr(cause, "message", None) or str(cause),
-                    ),
-                )
-            await asyncio.sleep(poll_s)
+        return await self.result(conversation_id, record, poll_s)
 
     async def turn_number(self, conversation_id: str, request_id: str, poll_s: float = 0.05) -> int:
         """The turn a request runs as, once it has started (0 if it never will)."""
