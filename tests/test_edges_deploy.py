@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 
 from tests.support.harness import Harness
 from tests.support.history import activity_attempts
@@ -57,3 +58,26 @@ async def test_sigterm_past_the_grace_hands_the_step_over_whole(harness: Harness
     assert [(m.role, m.text) for m in messages] == [("user", "tell me"), ("assistant", text)]
     assert await activity_attempts(harness, result.workflow_id, "model_step") == [2]
     assert first.proc.wait(20) == 0, "the worker left cleanly"
+
+
+async def test_a_killed_worker_is_replaced_within_the_default_heartbeat_timeout(
+    harness: Harness,
+) -> None:
+    """SIGKILL mid-stream at the defaults: the server notices at the heartbeat timeout
+    (30 s) and the step re-runs in full on another worker, a few seconds later at most."""
+    first = harness.start_worker(**DEFAULTS)
+    text = " ".join(f"word{i}" for i in range(30))
+    model = harness.script([{"text": text, "delay_ms": 100}])  # ~3 s of streaming
+    conversation = harness.conv("deploy-kill")
+    request = await harness.turns.submit(conversation, "tell me", model=model)
+    await wait_until(lambda: _streaming(harness, conversation))
+    await asyncio.sleep(0.8)
+    killed = time.monotonic()
+    first.kill()
+    harness.start_worker(**DEFAULTS)
+    result = await asyncio.wait_for(harness.turns.wait(conversation, request), 90)
+    recovered_s = time.monotonic() - killed
+    assert result.status == "completed" and result.text == text
+    assert await activity_attempts(harness, result.workflow_id, "model_step") == [2]
+    # heartbeat timeout 30 s, then ~3 s of streaming again; well under a minute
+    assert recovered_s < 30 + 15, f"the turn finished {recovered_s:.1f}s after the kill"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from temporalio.api.enums.v1 import EventType
@@ -41,9 +42,11 @@ async def test_kill_at_a_boundary(harness: Harness, slow: str, activity: str) ->
             m["pid"] == first.proc.pid and m.get("step", 1) >= 1 for m in marks(harness, slow)
         )
     )
+    killed = time.monotonic()
     first.kill()
     harness.start_worker(TURNS_HOOKS=SLOW)
     result = await asyncio.wait_for(harness.turns.wait(conversation, request), 90)
+    recovered_s = time.monotonic() - killed
     assert result.status == "completed"
     assert "Forecast: " in result.text and "in Lima." in result.text
     messages = await (await harness.store()).messages(conversation)
@@ -54,6 +57,9 @@ async def test_kill_at_a_boundary(harness: Harness, slow: str, activity: str) ->
         # workflow task ran the activity again, on the new worker, and recorded it once.
         assert len(attempts) == 1
         assert len({m["pid"] for m in marks(harness, slow)}) == 2, "the hook ran again"
+        # noticed at the workflow task timeout, Temporal's default 10 s (the harness lowers
+        # only the heartbeat timeout, which a local activity does not have)
+        assert recovered_s < 10 + 15, f"the turn finished {recovered_s:.1f}s after the kill"
     else:
         assert max(attempts) == 2
     if slow == "before_step":
