@@ -33,7 +33,6 @@ from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
 from temporalio.worker import Worker
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_turns.activities import ActivityDeps, all_activities
 from durable_turns.activities.heartbeats import worker_options
@@ -44,11 +43,11 @@ from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import EmbeddedServer
 from durable_turns.hooks import Session, TurnHooks
 from durable_turns.models import ModelRegistry
+from durable_turns.sandbox import sandbox_runner
 from durable_turns.store import TranscriptStore, open_store
 from durable_turns.streams import open_stream_backend
 from durable_turns.tools import ToolRegistry
 from durable_turns.transforms import load_transforms, transform_names
-from durable_turns.workflows import intake, options
 from durable_turns.workflows.conversation import ConversationWorkflow
 from durable_turns.workflows.turn import TurnWorkflow
 
@@ -59,63 +58,6 @@ T = TypeVar("T")
 STICKY_TIMEOUT = timedelta(seconds=2)
 
 WORKFLOWS = [ConversationWorkflow, TurnWorkflow]
-
-# Modules the workflow sandbox may share with the worker instead of re-importing for every
-# workflow run: pydantic (models cross the boundary as instances), the wire contract (pure
-# data), and the workflows' stateless helpers (timeouts and retry policies; payload intake,
-# pure functions). Never the modules that define workflows: they must be re-imported under
-# the sandbox's restrictions.
-PASSTHROUGH = [
-    "pydantic",
-    "pydantic_core",
-    "annotated_types",
-    "durable_turns.contract",
-    "durable_turns.messages",
-    "durable_turns.workflows.options",
-    "durable_turns.workflows.intake",
-]
-
-
-def sandbox_runner() -> SandboxedWorkflowRunner:
-    precompile_workflow_modules()
-    return SandboxedWorkflowRunner(
-        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
-    )
-
-
-def precompile_workflow_modules() -> int:
-    """Write the bytecode of the modules the sandbox re-imports for every workflow run.
-
-    The sandbox imports the workflow modules afresh for each workflow it runs; without a
-    ``.pyc`` (``PYTHONDONTWRITEBYTECODE`` set, or an editable install) that means compiling
-    their source every time, about a millisecond of worker CPU per module and run. Compiled
-    once here, imports read the cache. Best effort: a read-only package (a wheel installed
-    by pip already has its bytecode) is left as it is. Returns how many modules it wrote."""
-    import importlib.util
-    import py_compile
-
-    written = 0
-    modules = {
-        "durable_turns",
-        *(w.__module__ for w in WORKFLOWS),
-        options.__name__,
-        intake.__name__,
-    }
-    for module in sorted(modules):
-        spec = importlib.util.find_spec(module)
-        source = spec.origin if spec else None
-        if not source or not source.endswith(".py"):
-            continue
-        cached = importlib.util.cache_from_source(source)
-        try:
-            if os.path.getmtime(cached) >= os.path.getmtime(source):
-                continue
-        except OSError:
-            pass
-        with contextlib.suppress(OSError, py_compile.PyCompileError):
-            py_compile.compile(source, cfile=cached, doraise=True)
-            written += 1
-    return written
 
 
 def _cwd_on_path() -> None:
@@ -374,7 +316,7 @@ async def running_worker(
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
         activities=all_activities(deps),
-        workflow_runner=sandbox_runner(),
+        workflow_runner=sandbox_runner(w.__module__ for w in WORKFLOWS),
         max_concurrent_activities=200,
         # A killed worker's cached workflows wait this long on its sticky queue before
         # another worker takes them (default 10 s); crash recovery should not.

@@ -15,7 +15,8 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from durable_turns.runtime import WORKFLOWS, sandbox_runner
+from durable_turns.runtime import WORKFLOWS
+from durable_turns.sandbox import sandbox_runner
 from tests.support.harness import Harness
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -25,7 +26,7 @@ def replayer() -> Replayer:
     return Replayer(
         workflows=WORKFLOWS,
         data_converter=pydantic_data_converter,
-        workflow_runner=sandbox_runner(),
+        workflow_runner=sandbox_runner(w.__module__ for w in WORKFLOWS),
     )
 
 
