@@ -47,12 +47,17 @@ class BeginActivities:
             await deps.store.add_messages(
                 ref.conversation_id, inp.new_messages, ref.turn_id, owner=ref.owner
             )
-            if inp.continuation and not await self._can_continue(ref.conversation_id):
+            # The transcript is read once here (again only after a compaction changed it).
+            transcript = await deps.store.messages(ref.conversation_id)
+            if inp.continuation and not _can_continue(transcript):
                 turn.status = "skipped"
                 await deps.store.save_turn(turn)
                 return TurnPlan(model=model, max_steps=0, skip=True)
-            await self._compact_after(turn, model)
-            context = await ctx_build.base_messages(deps.store, turn, truncate=True)
+            if await self._compact_after(turn, model, transcript):
+                transcript = await deps.store.messages(ref.conversation_id)
+            context = await ctx_build.base_messages(
+                deps.store, turn, truncate=True, transcript=transcript
+            )
             config = await deps.lifecycle.before_turn(
                 await self._turn_context(turn, model, context)
             )
@@ -64,27 +69,22 @@ class BeginActivities:
         await deps.store.save_turn(turn)
         return self._plan(config, model, inp)
 
-    async def _compact_after(self, turn: TurnRecord, model: str) -> None:
-        """``compact_after(tokens)``: compact between turns once the context passed it."""
+    async def _compact_after(self, turn: TurnRecord, model: str, transcript: list[Message]) -> bool:
+        """``compact_after(tokens)``: compact between turns once the context passed it.
+        Whether it did (and so changed the transcript)."""
         session = await self.deps.session()
-        context = await ctx_build.base_messages(self.deps.store, turn)
-        if session.needs_compaction(context):
-            await store_compaction(
-                self.deps,
-                turn,
-                context,
-                model,
-                f"{turn.turn_id}/compaction-before",
-                "compact_after",
-            )
-
-    async def _can_continue(self, conversation_id: str) -> bool:
-        transcript = [
-            m
-            for m in await self.deps.store.messages(conversation_id)
-            if not compaction.is_compaction(m)
-        ]
-        return bool(transcript) and transcript[-1].role == "assistant"
+        context = await ctx_build.base_messages(self.deps.store, turn, transcript=transcript)
+        if not session.needs_compaction(context):
+            return False
+        await store_compaction(
+            self.deps,
+            turn,
+            context,
+            model,
+            f"{turn.turn_id}/compaction-before",
+            "compact_after",
+        )
+        return True
 
     async def _turn_context(
         self, turn: TurnRecord, model: str, messages: list[Message]
@@ -137,3 +137,9 @@ class BeginActivities:
             ),
             max_compactions=max(overflow.max_compactions, 1),
         )
+
+
+def _can_continue(transcript: list[Message]) -> bool:
+    """continueLastTurn has something to continue: the transcript ends with the assistant."""
+    messages = [m for m in transcript if not compaction.is_compaction(m)]
+    return bool(messages) and messages[-1].role == "assistant"

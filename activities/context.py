@@ -160,17 +160,24 @@ def step_result(
 
 
 async def base_messages(
-    store: TranscriptStore, turn: TurnRecord, *, truncate: bool = False
+    store: TranscriptStore,
+    turn: TurnRecord,
+    *,
+    truncate: bool = False,
+    transcript: list[Message] | None = None,
 ) -> list[Message]:
     """The context before this turn's own output: the transcript, or before_turn's override.
     ``truncate``: older messages truncated as the turn's ``truncation`` says (what the model
-    sees; compaction reads them whole)."""
+    sees; compaction reads them whole). ``transcript``: the conversation's messages as just
+    read from ``store`` by the caller (read here when not given)."""
     config = turn_config(turn)
     if config.messages is not None:
         messages = list(config.messages)
     else:
         own = assistant_message_id(turn.turn_id)
-        stored = [m for m in await store.messages(turn.conversation_id) if m.id != own]
+        if transcript is None:
+            transcript = await store.messages(turn.conversation_id)
+        stored = [m for m in transcript if m.id != own]
         messages = apply_compaction(stored)
         if truncate:
             messages = truncate_older(messages, config.truncation)
@@ -191,9 +198,12 @@ async def step_messages(
     turn: TurnRecord,
     steps: list[StepRecord],
     results: dict[str, ToolResultRecord],
+    *,
+    transcript: list[Message] | None = None,
 ) -> list[Message]:
-    """The messages a model step sends: the base context plus this turn's steps so far."""
-    messages = await base_messages(store, turn, truncate=True)
+    """The messages a model step sends: the base context plus this turn's steps so far
+    (``transcript``: the conversation's messages if the caller has just read them)."""
+    messages = await base_messages(store, turn, truncate=True, transcript=transcript)
     if steps:
         messages.append(assistant_message(turn, steps, results, status="running"))
     return messages

@@ -29,6 +29,7 @@ from durable_turns.models import ModelProvider, ModelRegistry, ProviderError
 from durable_turns.store import (
     TranscriptStore,
     TurnRecord,
+    TurnState,
 )
 from durable_turns.store.base import owns
 from durable_turns.streams import ChunkPublisher, ChunkStreamBackend
@@ -84,14 +85,15 @@ class ActivityDeps:
 
     async def turn(self, ref: TurnRef) -> TurnRecord:
         """The turn's record, if this run (``ref.owner``) owns the turn, else TurnTakenOver."""
-        turn = await self.store.get_turn(ref.turn_id)
-        if turn is None:
-            raise ApplicationError(f"turn {ref.turn_id} was never begun", non_retryable=True)
-        if not owns(turn.owner, ref.owner):
-            raise taken_over(ref.turn_id)
-        if ref.owner:
-            turn.owner = ref.owner  # a record from before owners is adopted by its run
-        return turn
+        return _owned(ref, await self.store.get_turn(ref.turn_id))
+
+    async def turn_state(self, ref: TurnRef, *, transcript: bool = False) -> TurnState:
+        """The turn's record, steps and tool results (and ``transcript``: its conversation's
+        messages) in one store round trip, if this run owns the turn, else TurnTakenOver."""
+        state = await self.store.turn_state(ref.turn_id, transcript=transcript)
+        _owned(ref, state.turn if state else None)
+        assert state is not None
+        return state
 
     async def system(self, config: TurnConfig) -> str:
         if config.system is not None:
@@ -157,3 +159,15 @@ class ActivityDeps:
         attempt = activity.info().attempt
         async with ChunkPublisher(self.streams, turn_id, step=step, attempt=attempt) as publisher:
             yield publisher
+
+
+def _owned(ref: TurnRef, turn: TurnRecord | None) -> TurnRecord:
+    """``turn`` if ``ref``'s run owns it (adopting a record from before owners), else an
+    error: never begun, or TurnTakenOver."""
+    if turn is None:
+        raise ApplicationError(f"turn {ref.turn_id} was never begun", non_retryable=True)
+    if not owns(turn.owner, ref.owner):
+        raise taken_over(ref.turn_id)
+    if ref.owner:
+        turn.owner = ref.owner
+    return turn

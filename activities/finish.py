@@ -41,9 +41,8 @@ class FinishActivities:
     @activity.defn(name=FINISH_TURN)
     async def finish_turn(self, inp: FinishTurnInput) -> TurnResult:
         """on_step_finish(last) → check structured output → persist the assistant message."""
-        turn = await self.deps.turn(inp.turn)
-        steps = await self.deps.store.steps(turn.turn_id, turn.run)
-        results = await self.deps.store.tool_results(turn.turn_id)
+        state = await self.deps.turn_state(inp.turn)
+        turn, steps, results = state.turn, state.steps, state.results
         if steps and inp.status == "completed":
             last = ctx_build.step_result(steps[-1], results, turn)
             async with keep_alive(self.deps.beat_every):

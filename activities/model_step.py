@@ -71,19 +71,21 @@ class ModelStepActivities:
         # use of a provider (its SDK import), is a live worker, not a dead one; and a
         # cancelChat reaches the step before its stream starts too.
         async with keep_alive(self.deps.stream_beat_every):
-            turn = await self.deps.turn(inp.turn)
-            steps = await self.deps.store.steps(turn.turn_id, turn.run)
+            # The turn, its steps and results and the transcript: one store round trip.
+            state = await self.deps.turn_state(inp.turn, transcript=True)
+            turn, steps, results = state.turn, state.steps, state.results
             stored = next((s for s in steps if s.step == inp.step), None)
             if stored is not None:  # a retried attempt: the model is not asked again
                 return _summary(stored, self.deps.tools)
             prior = [s for s in steps if s.step < inp.step]
-            results = await self.deps.store.tool_results(turn.turn_id)
             config = ctx_build.turn_config(turn)
             if prior:
                 await self.deps.lifecycle.on_step_finish(
                     ctx_build.step_result(prior[-1], results, turn)
                 )
-            messages = await ctx_build.step_messages(self.deps.store, turn, prior, results)
+            messages = await ctx_build.step_messages(
+                self.deps.store, turn, prior, results, transcript=state.transcript
+            )
             inherited = prior[-1].experimental_context if prior else None
             step_config = await self.deps.lifecycle.before_step(
                 PrepareStepContext(

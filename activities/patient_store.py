@@ -20,6 +20,7 @@ from durable_turns.store import (
     TranscriptStore,
     TurnNotOwned,
     TurnRecord,
+    TurnState,
 )
 
 T = TypeVar("T")
@@ -153,6 +154,9 @@ class PatientStore(TranscriptStore):
 
     async def tool_results(self, turn_id: str) -> dict[str, ToolResultRecord]:
         return await self._call(lambda: self.inner.tool_results(turn_id))
+
+    async def turn_state(self, turn_id: str, *, transcript: bool = False) -> TurnState | None:
+        return await self._call(lambda: self.inner.turn_state(turn_id, transcript=transcript))
 
 
 def _attempt_time_left() -> float:

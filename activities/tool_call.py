@@ -39,11 +39,11 @@ class ToolCallActivities:
     async def tool_call(self, inp: ToolCallInput) -> ToolOutcome:
         """before_tool_call → execute (or block / substitute) → after_tool_call → persist."""
         ref = inp.turn
-        turn = await self.deps.turn(ref)  # TurnTakenOver when another run owns the turn
-        stored = (await self.deps.store.tool_results(ref.turn_id)).get(inp.tool_call_id)
+        state = await self.deps.turn_state(ref)  # TurnTakenOver when another run owns it
+        turn, steps = state.turn, state.steps
+        stored = state.results.get(inp.tool_call_id)
         if stored is not None:  # the decision and the result are recorded: never asked again
             return _outcome(stored)
-        steps = await self.deps.store.steps(turn.turn_id, turn.run)
         step, call = _find_call(steps, inp)
         config = ctx_build.turn_config(turn)
         available = {

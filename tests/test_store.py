@@ -270,6 +270,40 @@ async def test_tool_results_first_write_wins(store: TranscriptStore) -> None:
     assert await store.tool_results("t3") == {}
 
 
+# --- a turn at once ----------------------------------------------------------------------
+
+
+async def test_turn_state_reads_what_the_single_reads_do(store: TranscriptStore) -> None:
+    """``turn_state``: one round trip for the record, the current run's steps, the tool
+    results and (when asked) the transcript; each exactly as its own read returns it."""
+    assert await store.turn_state("nope") is None
+    assert await store.turn_state("nope", transcript=True) is None
+    turn = TurnRecord(turn_id="c1/turn-1", conversation_id="c1", turn_number=1, request_id="r")
+    turn.run = 1
+    await store.save_turn(turn)
+    await store.add_messages("c1", [msg("m1", "hello"), msg("m2", "there", "assistant")])
+    await store.add_messages("c2", [msg("other", "not mine")])
+    for run in (0, 1):
+        for n in (1, 0):
+            await store.save_step("c1/turn-1", step(n, f"run{run} step {n}", run=run))
+    result = ToolResultRecord(tool_call_id="call-1", tool_name="search", step=0, output=[1])
+    await store.save_tool_result("c1/turn-1", result)
+    await store.save_tool_result("c1/turn-2", result.model_copy(update={"output": "other"}))
+
+    bare = await store.turn_state("c1/turn-1")
+    assert bare is not None and bare.transcript is None
+    assert bare.turn == await store.get_turn("c1/turn-1")
+    assert bare.steps == await store.steps("c1/turn-1", 1)
+    assert [s.parts[0].text for s in bare.steps] == ["run1 step 0", "run1 step 1"]  # type: ignore[union-attr]
+    assert bare.results == await store.tool_results("c1/turn-1") == {"call-1": result}
+
+    full = await store.turn_state("c1/turn-1", transcript=True)
+    assert full is not None
+    assert full.transcript == await store.messages("c1")
+    assert [m.id for m in full.transcript] == ["m1", "m2"]
+    assert full.model_copy(update={"transcript": None}) == bare
+
+
 # --- concurrency -----------------------------------------------------------------------
 
 

@@ -39,6 +39,7 @@ async def test_an_id_with_a_nul_is_a_typed_invalid_request(store: TranscriptStor
         lambda: store.add_messages("conv\x00", [user_message("hi")]),
         lambda: store.messages("conv\x00"),
         lambda: store.get_turn("turn\x00"),
+        lambda: store.turn_state("turn\x00", transcript=True),
         lambda: store.save_turn(
             TurnRecord(turn_id="t\x00", conversation_id="c", turn_number=1, request_id="r")
         ),

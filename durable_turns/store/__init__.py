@@ -9,6 +9,7 @@ from durable_turns.store.base import (
     TranscriptStore,
     TurnNotOwned,
     TurnRecord,
+    TurnState,
     mask_url,
 )
 
@@ -40,6 +41,7 @@ __all__ = [
     "TranscriptStore",
     "TurnNotOwned",
     "TurnRecord",
+    "TurnState",
     "mask_url",
     "open_store",
 ]

@@ -125,6 +125,18 @@ class ToolResultRecord(BaseModel):
     duration_ms: float = 0.0
 
 
+class TurnState(BaseModel):
+    """What an activity of a turn reads before it acts, in one store round trip."""
+
+    turn: TurnRecord
+    steps: list[StepRecord]
+    """The steps of the turn's current run, in order."""
+    results: dict[str, ToolResultRecord]
+    """The turn's tool results, by tool call id."""
+    transcript: list[Message] | None = None
+    """The conversation's messages, oldest first, when asked for."""
+
+
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
 _QUERY_PASSWORD = re.compile(r"((?:^|[?&;\s])password=)[^&;\s]*", re.I)
 
@@ -147,6 +159,7 @@ STORE_METHODS = (
     "steps",
     "save_tool_result",
     "tool_results",
+    "turn_state",
 )
 
 
@@ -271,6 +284,20 @@ class TranscriptStore(abc.ABC):
     @abc.abstractmethod
     async def tool_results(self, turn_id: str) -> dict[str, ToolResultRecord]:
         """The tool results of a turn, by tool call id."""
+
+    async def turn_state(self, turn_id: str, *, transcript: bool = False) -> TurnState | None:
+        """A turn's record, the steps of its current run and its tool results (and, with
+        ``transcript``, its conversation's messages); None if no turn has that id. The
+        backends read it all in one round trip; this default reads it piece by piece."""
+        turn = await self.get_turn(turn_id)
+        if turn is None:
+            return None
+        return TurnState(
+            turn=turn,
+            steps=await self.steps(turn_id, turn.run),
+            results=await self.tool_results(turn_id),
+            transcript=await self.messages(turn.conversation_id) if transcript else None,
+        )
 
     async def __aenter__(self) -> TranscriptStore:
         await self.open()

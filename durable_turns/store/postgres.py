@@ -63,6 +63,7 @@ from durable_turns.store.base import (
     TranscriptStore,
     TurnNotOwned,
     TurnRecord,
+    TurnState,
     claim_decision,
     kept_record,
     mask_url,
@@ -471,6 +472,45 @@ class PostgresStore(TranscriptStore):
         )
         records = [ToolResultRecord.model_validate_json(r["body"]) for r in rows]
         return {r.tool_call_id: r for r in records}
+
+    # all of a turn at once
+    @_available
+    async def turn_state(self, turn_id: str, *, transcript: bool = False) -> TurnState | None:
+        async with (
+            self.pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            body = await conn.fetchval("SELECT body FROM turns WHERE turn_id = $1", turn_id)
+            if body is None:
+                return None
+            turn = TurnRecord.model_validate_json(body)
+            steps = await conn.fetch(
+                "SELECT body FROM steps WHERE turn_id = $1 AND run = $2 ORDER BY step",
+                turn_id,
+                turn.run,
+            )
+            results = await conn.fetch(
+                "SELECT body FROM tool_results WHERE turn_id = $1 ORDER BY tool_call_id", turn_id
+            )
+            messages = (
+                await conn.fetch(
+                    "SELECT body FROM messages WHERE conversation_id = $1 ORDER BY seq",
+                    turn.conversation_id,
+                )
+                if transcript
+                else None
+            )
+        records = [ToolResultRecord.model_validate_json(r["body"]) for r in results]
+        return TurnState(
+            turn=turn,
+            steps=[StepRecord.model_validate_json(r["body"]) for r in steps],
+            results={r.tool_call_id: r for r in records},
+            transcript=(
+                None
+                if messages is None
+                else [Message.model_validate_json(r["body"]) for r in messages]
+            ),
+        )
 
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "PostgresStore"]

@@ -20,6 +20,7 @@ from durable_turns.store.base import (
     TranscriptStore,
     TurnNotOwned,
     TurnRecord,
+    TurnState,
     claim_decision,
     kept_record,
     owns,
@@ -97,16 +98,22 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
 
         await self._txn(run)
 
-    async def _txn(self, fn: Callable[[sqlite3.Connection], T], single: bool = False) -> T:
-        """``fn`` in one write transaction (``single``: one statement, autocommit) on a
-        worker thread; "database is locked" past the busy timeout is StoreUnavailable."""
+    async def _txn(
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        single: bool = False,
+        snapshot: bool = False,
+    ) -> T:
+        """``fn`` in one write transaction (``single``: one statement, autocommit;
+        ``snapshot``: several reads in one read transaction) on a worker thread;
+        "database is locked" past the busy timeout is StoreUnavailable."""
 
         def run() -> T:
             conn = self._db()
             with self._lock:
-                if single:
+                if single and not snapshot:
                     return fn(conn)
-                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("BEGIN DEFERRED" if snapshot else "BEGIN IMMEDIATE")
                 try:
                     result = fn(conn)
                     conn.execute("COMMIT")
@@ -263,6 +270,47 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
             "SELECT body FROM steps WHERE turn_id = ? AND run = ? ORDER BY step", (turn_id, run)
         )
         return [StepRecord.model_validate_json(body) for (body,) in rows]
+
+    # all of a turn at once
+    async def turn_state(self, turn_id: str, *, transcript: bool = False) -> TurnState | None:
+        def read(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
+            # One read transaction: a consistent snapshot, one trip to the store's thread.
+            row = conn.execute("SELECT body FROM turns WHERE turn_id = ?", (turn_id,)).fetchone()
+            if row is None:
+                return None
+            turn = TurnRecord.model_validate_json(row[0])
+            steps = conn.execute(
+                "SELECT body FROM steps WHERE turn_id = ? AND run = ? ORDER BY step",
+                (turn_id, turn.run),
+            ).fetchall()
+            results = conn.execute(
+                "SELECT body FROM tool_results WHERE turn_id = ?", (turn_id,)
+            ).fetchall()
+            messages = (
+                conn.execute(
+                    "SELECT body FROM messages WHERE conversation_id = ? ORDER BY seq",
+                    (turn.conversation_id,),
+                ).fetchall()
+                if transcript
+                else None
+            )
+            return turn, steps, results, messages
+
+        found = await self._txn(read, single=True, snapshot=True)
+        if found is None:
+            return None
+        turn, steps, results, messages = found
+        records = [ToolResultRecord.model_validate_json(body) for (body,) in results]
+        return TurnState(
+            turn=turn,
+            steps=[StepRecord.model_validate_json(body) for (body,) in steps],
+            results={r.tool_call_id: r for r in records},
+            transcript=(
+                None
+                if messages is None
+                else [Message.model_validate_json(body) for (body,) in messages]
+            ),
+        )
 
     # tool results
     async def save_tool_result(
