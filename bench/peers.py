@@ -1,14 +1,19 @@
-"""6 · Peers side by side: pydantic-ai's and the OpenAI Agents SDK's Temporal integrations.
+"""6 · Peers side by side: the OpenAI Agents SDK's and pydantic-ai's Temporal integrations.
 
 The peers are installed into their own virtual environment outside the repository
 (``~/.cache/durable-turns-bench/peers-venv``, or ``$DURABLE_TURNS_BENCH_PEERS_VENV``), with
-the same temporalio as the project, and run in a subprocess of it (``bench/peers_run.py``)
-against the same dev server. While a peer runs, the engine's in-process worker keeps
-serving, so the peer process times engine turns and peer turns alternately. Both get the
-same scripted model behaviour (1 step; 5 steps = 4 tool calls) and the same prior
-conversation (1K and 100K tokens) for the history bytes of one model step.
+the same temporalio as the project. One driver process of that venv (``bench/peers_run.py``)
+is the client of every system, against the same dev server, in the same run: the outside
+floor (one workflow per turn, a no-op activity per model step and per tool call), each peer,
+and durable-turns (next turn of a conversation, first turn of a new one, next turn by
+``startTurn`` + the turn's result), each on a worker process of its own so its CPU is its
+own. All get the same scripted model behaviour (1 step; 5 steps = 4 tool calls; 3 steps =
+2 tool calls for the bursts). The issue's table goes into ``raw["table_md"]``, with rows
+for its targets against the OpenAI Agents SDK; then the history bytes of one model step
+with 1K and 100K tokens of prior conversation (durable-turns' by the in-process worker).
 
-A peer that cannot be installed or run gets a row saying why; the benchmark goes on.
+Without the peers' venv the driver runs on this interpreter and measures the floor and
+durable-turns only; a peer that cannot be installed or run gets a row saying why.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ VENV = Path(
     or Path.home() / ".cache" / "durable-turns-bench" / "peers-venv"
 )
 PEERS = {
-    "pydantic-ai": ["pydantic-ai-slim[temporal]==2.68.0"],
     "openai-agents": ["openai-agents==0.22.3", "temporalio-openai-agents==1.1.0"],
+    "pydantic-ai": ["pydantic-ai-slim[temporal]==2.68.0"],
 }
 
 
@@ -51,8 +56,12 @@ async def sh(*cmd: str, limit_s: float, env: dict[str, str] | None = None) -> tu
         return -1, "", f"timed out after {limit_s:.0f} s"
     finally:
         if proc.returncode is None:  # timed out, or the benchmark was stopped
-            proc.kill()
-            await proc.wait()
+            proc.terminate()  # the driver stops the worker processes it started
+            try:
+                await asyncio.wait_for(asyncio.shield(proc.wait()), 30)
+            except (TimeoutError, asyncio.CancelledError):
+                proc.kill()
+                await proc.wait()
     return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
 
 
@@ -78,7 +87,14 @@ async def ensure_venv() -> str | None:
 
 SIZES = {
     # warm-up and measured rounds of latency; CPU rounds × turns per batch; burst size × bursts
-    "quick": {"warmup": 1, "samples": 3, "cpu_rounds": 1, "cpu_turns": 5, "burst": 20, "bursts": 1},
+    "quick": {
+        "warmup": 1,
+        "samples": 3,
+        "cpu_rounds": 1,
+        "cpu_turns": 10,
+        "burst": 20,
+        "bursts": 1,
+    },
     "full": {
         "warmup": 2,
         "samples": 15,
