@@ -191,15 +191,10 @@ def table(result: dict[str, Any], engine_hist: dict[str, dict[str, int]]) -> str
         s = systems.get(name)
         if s is None:
             continue
-        label = LABELS[name] + (
-            " (throughput: existing conversations)"
-            if name == "engine-next"
-            else " (throughput: new conversations)"
-            if name == "engine-first"
-            else ""
-        )
         cells = [cell(lat(s, "1")), cell(lat(s, "5")), cell(per_step(s)), cell(cpu(s))]
-        cells.append(cell(rate(s), "rate"))
+        which = {"engine-next": "existing", "engine-first": "new"}.get(name)
+        cells.append(cell(rate(s), "rate") + (f", {which} conversations" if which else ""))
+        label = LABELS[name]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     sizes = result["sizes"]
     lines += [
