@@ -333,9 +333,12 @@ def engine_env(address: str, task_queue: str, tmp: Path, **extra: str) -> dict[s
     return env
 
 
-def start_engine_worker(address: str, task_queue: str, tmp: Path, **extra: str) -> WorkerProcess:
+def start_engine_worker(
+    address: str, task_queue: str, tmp: Path, python: str = sys.executable, **extra: str
+) -> WorkerProcess:
+    """``python worker.py`` (``python``: the project's interpreter, this one by default)."""
     worker = WorkerProcess(
-        [sys.executable, str(ROOT / "worker.py")],
+        [python, str(ROOT / "worker.py")],
         engine_env(address, task_queue, tmp, **extra),
         tmp / f"worker-{task_queue}-{uuid.uuid4().hex[:4]}.log",
         "worker ready",
@@ -344,10 +347,12 @@ def start_engine_worker(address: str, task_queue: str, tmp: Path, **extra: str) 
     return worker
 
 
-def start_floor_worker(address: str, task_queue: str, tmp: Path) -> WorkerProcess:
+def start_floor_worker(
+    address: str, task_queue: str, tmp: Path, python: str = sys.executable
+) -> WorkerProcess:
     env = {**os.environ, "TEMPORAL_ADDRESS": address, "PYTHONPATH": str(ROOT)}
     worker = WorkerProcess(
-        [sys.executable, "-m", "bench.floor", task_queue],
+        [python, "-m", "bench.floor", task_queue],
         env,
         tmp / f"floor-{task_queue}.log",
         "floor worker ready",
