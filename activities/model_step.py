@@ -109,7 +109,7 @@ class ModelStepActivities:
             if publisher is not None:
                 if activity.info().attempt > 1:  # readers drop what earlier attempts streamed
                     await publisher.reset(activity.info().attempt, reason="retry")
-                await publisher.step_start(inp.step, {"model": model})
+                publisher.open_step(inp.step, {"model": model})
             partial = StepSnapshot()
             try:
                 snapshot = await self._stream(provider, request, config, inp, publisher, partial)

@@ -47,7 +47,7 @@ PASSTHROUGH = [
 _IN_SANDBOX = "__temporal_in_sandbox"
 """Where temporalio's sandbox keeps the sandboxed instance (``_runner._Instance``)."""
 
-try:  # the one private piece: the stock sandbox's per-run instance
+try:  # private: the stock sandbox's per-run instance class
     from temporalio.worker.workflow_sandbox._runner import _Instance as _StockInstance
 except ImportError:  # pragma: no cover - a temporalio release without it
     _StockInstance = None  # type: ignore[assignment,misc]

@@ -416,6 +416,33 @@ async def test_the_first_chunk_after_a_boundary_is_not_batched(backend: ChunkStr
     assert [e.type for e in await backend.read(sid)] == ["step-start", CHUNK, CHUNK]
 
 
+async def test_open_step_does_not_wait_and_keeps_the_first_chunk_eager(
+    backend: ChunkStreamBackend,
+) -> None:
+    """A model step opens its step without waiting on the store; the step start reaches
+    readers at once, in order, and the step's first chunk is still not batched."""
+    sid = _sid()
+    pub = ChunkPublisher(backend, sid, flush_interval_s=60)
+    pub.open_step(3, {"model": "demo:x"})
+    assert pub.pending == 1  # published, not yet written: nothing was awaited
+    for _ in range(1000):
+        if len(await backend.read(sid)) == 1:
+            break
+        await asyncio.sleep(0.005)
+    pub.publish_chunk(TextDelta(text="first"))
+    for _ in range(1000):
+        if len(await backend.read(sid)) == 2:
+            break
+        await asyncio.sleep(0.005)
+    events = await backend.read(sid)
+    assert [(e.type, e.step) for e in events] == [("step-start", 3), (CHUNK, 3)]
+    assert events[0].data == {"model": "demo:x"}
+    pub.publish_chunk(TextDelta(text="second"))
+    await asyncio.sleep(0.05)
+    assert pub.pending == 1  # after the first chunk, batching as before
+    await pub.aclose()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="wake-ups need Linux")
 async def test_sqlite_readers_are_woken_not_polled(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -393,10 +393,11 @@ class ChunkPublisher:
                 events = [encode_event(*item) for item in buf[:n]]
                 self.last_offset = await self.backend.append(self.stream_id, events)
                 self.appends += 1
+                sent_chunk = any(item[0] == CHUNK for item in buf[:n])
                 del buf[:n]  # only now: a failed append keeps its events for the retry
                 todo -= n
-                if not drain:
-                    self._eager = False  # the first event after a boundary went out
+                if not drain and sent_chunk:
+                    self._eager = False  # the first chunk after a boundary went out
         return self.last_offset
 
     async def boundary(self, event_type: str, data: Any = None) -> int:
@@ -422,6 +423,16 @@ class ChunkPublisher:
         if step is not None:
             self.step = step
         return await self.boundary(STEP_START, data)
+
+    def open_step(self, step: int | None = None, data: Any = None) -> None:
+        """``step_start`` without waiting for it: it goes out at once in the background
+        (what a model step uses, so its model call does not wait on the stream's store).
+        Ordered before everything published after it; the step's first chunk still goes
+        out without the batching delay."""
+        if step is not None:
+            self.step = step
+        self._eager = True
+        self.publish(STEP_START, data)
 
     async def step_finish(self, data: Any = None) -> int:
         """E.g. ``{"finish_reason": ..., "usage": {...}}``."""
