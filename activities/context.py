@@ -23,6 +23,7 @@ from durable_turns.messages import (
     ToolResultPart,
 )
 from durable_turns.models import ModelRequest
+from durable_turns.models.base import SAMPLING
 from durable_turns.store import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
 
 
@@ -115,17 +116,7 @@ def request_metadata(model_id: str, request: ModelRequest) -> dict[str, Any]:
         "headers": sorted(request.headers),
         "attempt": request.attempt,
     }
-    for name in (
-        "max_output_tokens",
-        "temperature",
-        "top_p",
-        "top_k",
-        "presence_penalty",
-        "frequency_penalty",
-        "stop_sequences",
-        "seed",
-        "output_schema",
-    ):
+    for name in (*SAMPLING, "output_schema"):
         value = getattr(request, name)
         if value is not None:
             meta[name] = value

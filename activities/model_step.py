@@ -42,22 +42,11 @@ from durable_turns.messages import (
     Usage,
 )
 from durable_turns.models import ModelProvider, ModelRequest, ProviderError
+from durable_turns.models.base import SAMPLING
 from durable_turns.store import StepRecord
 from durable_turns.streams import ChunkPublisher
 from durable_turns.tools import ToolRegistry
 from durable_turns.transforms import UnknownTransform, apply_transforms, resolve_transforms
-
-SAMPLING = (
-    "max_output_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "presence_penalty",
-    "frequency_penalty",
-    "stop_sequences",
-    "seed",
-)
-"""TurnConfig fields passed to the provider's request as they are."""
 
 
 class ModelStepActivities:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -135,6 +135,22 @@ class TurnState(BaseModel):
     """The turn's tool results, by tool call id."""
     transcript: list[Message] | None = None
     """The conversation's messages, oldest first, when asked for."""
+
+
+def parse_messages(bodies: Iterable[str]) -> list[Message]:
+    """Stored message bodies (JSON), in their order, as messages."""
+    return [Message.model_validate_json(body) for body in bodies]
+
+
+def parse_steps(bodies: Iterable[str]) -> list[StepRecord]:
+    """Stored step bodies (JSON), in their order, as step records."""
+    return [StepRecord.model_validate_json(body) for body in bodies]
+
+
+def parse_tool_results(bodies: Iterable[str]) -> dict[str, ToolResultRecord]:
+    """Stored tool result bodies (JSON) as records, by tool call id."""
+    records = [ToolResultRecord.model_validate_json(body) for body in bodies]
+    return {r.tool_call_id: r for r in records}
 
 
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")

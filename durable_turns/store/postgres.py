@@ -68,7 +68,14 @@ from durable_turns.store.base import (
     kept_record,
     mask_url,
     owns,
+    parse_messages,
+    parse_steps,
+    parse_tool_results,
 )
+
+MESSAGES = "SELECT body FROM messages WHERE conversation_id = $1 ORDER BY seq"
+STEPS = "SELECT body FROM steps WHERE turn_id = $1 AND run = $2 ORDER BY step"
+TOOL_RESULTS = "SELECT body FROM tool_results WHERE turn_id = $1 ORDER BY tool_call_id"
 
 MIGRATIONS: list[tuple[int, str]] = [
     (
@@ -330,10 +337,8 @@ class PostgresStore(TranscriptStore):
 
     @_available
     async def messages(self, conversation_id: str) -> list[Message]:
-        rows = await self.pool.fetch(
-            "SELECT body FROM messages WHERE conversation_id = $1 ORDER BY seq", conversation_id
-        )
-        return [Message.model_validate_json(r["body"]) for r in rows]
+        rows = await self.pool.fetch(MESSAGES, conversation_id)
+        return parse_messages(r["body"] for r in rows)
 
     # turns
     @staticmethod
@@ -438,10 +443,8 @@ class PostgresStore(TranscriptStore):
 
     @_available
     async def steps(self, turn_id: str, run: int) -> list[StepRecord]:
-        rows = await self.pool.fetch(
-            "SELECT body FROM steps WHERE turn_id = $1 AND run = $2 ORDER BY step", turn_id, run
-        )
-        return [StepRecord.model_validate_json(r["body"]) for r in rows]
+        rows = await self.pool.fetch(STEPS, turn_id, run)
+        return parse_steps(r["body"] for r in rows)
 
     # tool results
     @_available
@@ -467,11 +470,8 @@ class PostgresStore(TranscriptStore):
 
     @_available
     async def tool_results(self, turn_id: str) -> dict[str, ToolResultRecord]:
-        rows = await self.pool.fetch(
-            "SELECT body FROM tool_results WHERE turn_id = $1 ORDER BY tool_call_id", turn_id
-        )
-        records = [ToolResultRecord.model_validate_json(r["body"]) for r in rows]
-        return {r.tool_call_id: r for r in records}
+        rows = await self.pool.fetch(TOOL_RESULTS, turn_id)
+        return parse_tool_results(r["body"] for r in rows)
 
     # all of a turn at once
     @_available
@@ -484,32 +484,14 @@ class PostgresStore(TranscriptStore):
             if body is None:
                 return None
             turn = TurnRecord.model_validate_json(body)
-            steps = await conn.fetch(
-                "SELECT body FROM steps WHERE turn_id = $1 AND run = $2 ORDER BY step",
-                turn_id,
-                turn.run,
-            )
-            results = await conn.fetch(
-                "SELECT body FROM tool_results WHERE turn_id = $1 ORDER BY tool_call_id", turn_id
-            )
-            messages = (
-                await conn.fetch(
-                    "SELECT body FROM messages WHERE conversation_id = $1 ORDER BY seq",
-                    turn.conversation_id,
-                )
-                if transcript
-                else None
-            )
-        records = [ToolResultRecord.model_validate_json(r["body"]) for r in results]
+            steps = await conn.fetch(STEPS, turn_id, turn.run)
+            results = await conn.fetch(TOOL_RESULTS, turn_id)
+            messages = await conn.fetch(MESSAGES, turn.conversation_id) if transcript else None
         return TurnState(
             turn=turn,
-            steps=[StepRecord.model_validate_json(r["body"]) for r in steps],
-            results={r.tool_call_id: r for r in records},
-            transcript=(
-                None
-                if messages is None
-                else [Message.model_validate_json(r["body"]) for r in messages]
-            ),
+            steps=parse_steps(r["body"] for r in steps),
+            results=parse_tool_results(r["body"] for r in results),
+            transcript=None if messages is None else parse_messages(r["body"] for r in messages),
         )
 
 

@@ -24,9 +24,16 @@ from durable_turns.store.base import (
     claim_decision,
     kept_record,
     owns,
+    parse_messages,
+    parse_steps,
+    parse_tool_results,
 )
 
 T = TypeVar("T")
+
+MESSAGES = "SELECT body FROM messages WHERE conversation_id = ? ORDER BY seq"
+STEPS = "SELECT body FROM steps WHERE turn_id = ? AND run = ? ORDER BY step"
+TOOL_RESULTS = "SELECT body FROM tool_results WHERE turn_id = ?"
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -177,10 +184,8 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
         await self._txn(run)
 
     async def messages(self, conversation_id: str) -> list[Message]:
-        rows = await self._run(
-            "SELECT body FROM messages WHERE conversation_id = ? ORDER BY seq", (conversation_id,)
-        )
-        return [Message.model_validate_json(body) for (body,) in rows]
+        rows = await self._run(MESSAGES, (conversation_id,))
+        return parse_messages(body for (body,) in rows)
 
     # turns
     @staticmethod
@@ -237,8 +242,7 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
         return await self._txn(run)
 
     async def get_turn(self, turn_id: str) -> TurnRecord | None:
-        rows = await self._run("SELECT body FROM turns WHERE turn_id = ?", (turn_id,))
-        return TurnRecord.model_validate_json(rows[0][0]) if rows else None
+        return await self._txn(lambda conn: self._get_turn(conn, turn_id), single=True)
 
     async def last_turn_number(self, conversation_id: str) -> int:
         rows = await self._run(
@@ -266,50 +270,33 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
         return StepRecord.model_validate_json(await self._txn(run))
 
     async def steps(self, turn_id: str, run: int) -> list[StepRecord]:
-        rows = await self._run(
-            "SELECT body FROM steps WHERE turn_id = ? AND run = ? ORDER BY step", (turn_id, run)
-        )
-        return [StepRecord.model_validate_json(body) for (body,) in rows]
+        rows = await self._run(STEPS, (turn_id, run))
+        return parse_steps(body for (body,) in rows)
 
     # all of a turn at once
     async def turn_state(self, turn_id: str, *, transcript: bool = False) -> TurnState | None:
         def read(conn: sqlite3.Connection) -> tuple[Any, ...] | None:
             # One read transaction: a consistent snapshot, one trip to the store's thread.
-            row = conn.execute("SELECT body FROM turns WHERE turn_id = ?", (turn_id,)).fetchone()
-            if row is None:
+            turn = self._get_turn(conn, turn_id)
+            if turn is None:
                 return None
-            turn = TurnRecord.model_validate_json(row[0])
-            steps = conn.execute(
-                "SELECT body FROM steps WHERE turn_id = ? AND run = ? ORDER BY step",
-                (turn_id, turn.run),
-            ).fetchall()
-            results = conn.execute(
-                "SELECT body FROM tool_results WHERE turn_id = ?", (turn_id,)
-            ).fetchall()
+            steps = conn.execute(STEPS, (turn_id, turn.run)).fetchall()
+            results = conn.execute(TOOL_RESULTS, (turn_id,)).fetchall()
             messages = (
-                conn.execute(
-                    "SELECT body FROM messages WHERE conversation_id = ? ORDER BY seq",
-                    (turn.conversation_id,),
-                ).fetchall()
-                if transcript
-                else None
+                conn.execute(MESSAGES, (turn.conversation_id,)).fetchall() if transcript else None
             )
             return turn, steps, results, messages
 
+        # the bodies are parsed here, after the store's lock is released
         found = await self._txn(read, single=True, snapshot=True)
         if found is None:
             return None
         turn, steps, results, messages = found
-        records = [ToolResultRecord.model_validate_json(body) for (body,) in results]
         return TurnState(
             turn=turn,
-            steps=[StepRecord.model_validate_json(body) for (body,) in steps],
-            results={r.tool_call_id: r for r in records},
-            transcript=(
-                None
-                if messages is None
-                else [Message.model_validate_json(body) for (body,) in messages]
-            ),
+            steps=parse_steps(body for (body,) in steps),
+            results=parse_tool_results(body for (body,) in results),
+            transcript=None if messages is None else parse_messages(body for (body,) in messages),
         )
 
     # tool results
@@ -331,6 +318,5 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
         return ToolResultRecord.model_validate_json(await self._txn(run))
 
     async def tool_results(self, turn_id: str) -> dict[str, ToolResultRecord]:
-        rows = await self._run("SELECT body FROM tool_results WHERE turn_id = ?", (turn_id,))
-        records = [ToolResultRecord.model_validate_json(body) for (body,) in rows]
-        return {r.tool_call_id: r for r in records}
+        rows = await self._run(TOOL_RESULTS, (turn_id,))
+        return parse_tool_results(body for (body,) in rows)
