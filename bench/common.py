@@ -239,7 +239,7 @@ async def temporal_server(tmp: Path) -> AsyncIterator[tuple[str, dict[str, Any]]
     try:
         yield server.address, config
     finally:
-        server.stop()
+        await asyncio.to_thread(server.stop)  # off the loop: it waits for the process
 
 
 # --- processes ---------------------------------------------------------------------------------

@@ -287,7 +287,9 @@ async def embedded_server_if_needed(settings: Settings) -> AsyncIterator[Embedde
     try:
         yield server
     finally:
-        server.stop()
+        # off the event loop: stopping waits for the server process (up to 10 s), and the
+        # loop watchdog would report that wait as a blocked loop
+        await asyncio.to_thread(server.stop)
 
 
 @contextlib.asynccontextmanager
