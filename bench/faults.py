@@ -66,7 +66,12 @@ from bench.common import (
 from durable_turns.client import TurnsClient
 from durable_turns.codec import data_converter_from_env
 from durable_turns.contract import TurnInput
-from durable_turns.devserver import FAST_DYNAMIC_CONFIG, EmbeddedServer, temporal_binary
+from durable_turns.devserver import (
+    FAST_DYNAMIC_CONFIG,
+    SQLITE_PRAGMAS,
+    EmbeddedServer,
+    temporal_binary,
+)
 from durable_turns.messages import Message, StepStartPart, TextPart, ToolCallPart, ToolResultPart
 from durable_turns.models.demo import _WORDS  # how the demo model splits text into chunks
 
@@ -888,8 +893,9 @@ def render_markdown(
         f" load average {machine['loadavg_start']} at start, {meta['loadavg_end']} at end",
         f"- code: {meta['code']}; Python {meta['python']}, temporalio {meta['versions'].get('temporalio')},"
         f" {meta['server_version']}",
-        f"- server: `temporal server start-dev --headless --db-filename <tmp>/temporal.db`,"
-        f" dynamic config {', '.join('`' + v + '`' for v in FAST_DYNAMIC_CONFIG)}; restarted once"
+        "- server: `temporal server start-dev --headless --db-filename <tmp>/temporal.db"
+        + "".join(f" --sqlite-pragma {p}" for p in SQLITE_PRAGMAS)
+        + f"`, dynamic config {', '.join('`' + v + '`' for v in FAST_DYNAMIC_CONFIG)}; restarted once"
         " mid-run (SIGTERM, 1–3 s down, same port and file)",
         f"- workers: {WORKERS} × `python worker.py`, `TURNS_HEARTBEAT_TIMEOUT_S={HEARTBEAT_TIMEOUT_S}`,"
         f" `TURNS_SHUTDOWN_GRACE_S={SHUTDOWN_GRACE_S}`; a fault every {meta['every']} s"
