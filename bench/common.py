@@ -129,7 +129,9 @@ def render_markdown(meta: dict[str, Any], rows: Sequence[Row]) -> str:
         f"- code: {meta['code']}; Python {meta['python']}, temporalio"
         f" {meta['versions'].get('temporalio')}, {server.get('version', '')}",
         f"- server: `temporal server start-dev --headless`, a fresh SQLite file on"
-        f" {server.get('data_dir', '?')}; dynamic config:"
+        f" {server.get('data_dir', '?')}"
+        + "".join(f", `{p}`" for p in server.get("sqlite_pragmas", []))
+        + "; dynamic config:"
         f" {', '.join('`' + v + '`' for v in server['dynamic_config'])}",
         "- every figure is a median over repeated runs; every ratio is measured in the same run",
         "",
@@ -218,6 +220,7 @@ async def temporal_server(tmp: Path) -> AsyncIterator[tuple[str, dict[str, Any]]
     """A fresh embedded dev server (own data dir, free port, no UI): (address, its config)."""
     from durable_turns.devserver import (
         FAST_DYNAMIC_CONFIG,
+        SQLITE_PRAGMAS,
         EmbeddedServer,
         dev_server_args,
         temporal_binary,
@@ -233,6 +236,7 @@ async def temporal_server(tmp: Path) -> AsyncIterator[tuple[str, dict[str, Any]]
         "address": server.address,
         "version": version,
         "dynamic_config": list(FAST_DYNAMIC_CONFIG),
+        "sqlite_pragmas": list(SQLITE_PRAGMAS),
         "args": dev_server_args(),
         "pid": server.process.pid if server.process else None,
     }
@@ -446,6 +450,11 @@ class Bench:
 
     def n(self, full: int, quick: int) -> int:
         return quick if self.quick else full
+
+
+def event_epoch(event: Any) -> float:
+    """A history event's time as seconds since the epoch (the server's clock, UTC)."""
+    return float(event.event_time.ToDatetime().replace(tzinfo=UTC).timestamp())
 
 
 def activity_spans(history: History, name: str) -> list[dict[str, Any]]:

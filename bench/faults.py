@@ -41,7 +41,6 @@ import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +54,7 @@ from bench.common import (
     WorkerProcess,
     code_version,
     engine_env,
+    event_epoch,
     free_port,
     loadavg,
     machine_info,
@@ -432,18 +432,14 @@ def audit_turn(
     return problems
 
 
-def _when(event: Any) -> float:
-    return float(event.event_time.ToDatetime().replace(tzinfo=UTC).timestamp())
-
-
 def disruptions(
     history: WorkflowHistory, since: float | None = None, until: float | None = None
 ) -> list[str]:
     """What in a history shows a fault: retried activities, timed-out or failed tasks."""
     seen = []
     for event in history.events:
-        if (since is not None and _when(event) < since) or (
-            until is not None and _when(event) > until
+        if (since is not None and event_epoch(event) < since) or (
+            until is not None and event_epoch(event) > until
         ):
             continue
         kind = event.event_type
@@ -481,7 +477,7 @@ def held_by(
     task_worker: dict[int, str] = {}
     activities: dict[int, dict[str, Any]] = {}
     for event in history.events:
-        when, kind = _when(event), event.event_type
+        when, kind = event_epoch(event), event.event_type
         if kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
             last_worker = event.workflow_task_started_event_attributes.identity.split("@", 1)[0]
             task_worker[event.event_id] = last_worker

@@ -13,6 +13,13 @@ chunk stream) points its ``anthropic:`` provider at the same server. Rounds inte
 * **warm turn, polling path**: ``submit`` + ``turn_number`` (which polls ``state``) +
   ``chunks``: the path before ``startTurn``, for comparison.
 
+Each warm and first turn is then laid out on one clock from its two histories (the
+conversation's and the turn's) and the client's own marks: when the conversation accepted
+the request, the turn workflow started, its first workflow task was picked up, the first
+model step was scheduled, ``start`` answered and the first text delta arrived; and what the
+turn cost the server in round trips (workflow tasks, activities, local activities,
+search-attribute upserts, events). Server and client share this machine's clock.
+
 Writes ``bench/results/ttft.md`` and ``.json``. Figures are medians; the machine is shared
 and noisy, so compare the added milliseconds of the same run, not figures across runs.
 """
@@ -31,9 +38,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from temporalio.api.enums.v1 import EventType
+
 from bench.common import (
     Row,
     code_version,
+    event_epoch,
     loadavg,
     machine_info,
     median,
@@ -59,6 +69,95 @@ async def first_text(events: Any) -> None:
         if event.type == "chunk" and event.data.get("type") == "text-delta":
             return
     raise RuntimeError("the turn finished without a text delta")
+
+
+PHASES = (
+    ("accepted", "the conversation accepted the request (its workflow task done)"),
+    ("turn_started", "the turn workflow started (the conversation's child)"),
+    ("turn_task", "the turn's first workflow task picked up by the worker"),
+    ("step_scheduled", "the first model step scheduled (begin_turn done, local)"),
+    ("first_token", "the first text delta at the client (the step ran, the model streamed)"),
+)
+"""A turn's way to its first token, in order; each from the turn's start at the client.
+``start`` answers on a branch of its own (``start_answered``), while the turn goes on."""
+
+E = EventType
+
+
+async def turn_costs(client: Any, conversation: str, workflow_id: str, since: float) -> Any:
+    """The turn's phases (epoch seconds) and server round trips, from the two histories.
+
+    The conversation's part of a turn runs from the workflow task that accepted the request
+    to the one that took in the turn's completion; that last one may still be under way
+    when the client has the result, so it is waited for (up to 10 s)."""
+    turn = [e async for e in client.get_workflow_handle(workflow_id).fetch_history_events()]
+    part: list[Any] = []
+    for _ in range(100):
+        events = [e async for e in client.get_workflow_handle(conversation).fetch_history_events()]
+        part = _conversation_part(events, workflow_id, since)
+        if part and part[-1].event_type == E.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise RuntimeError(f"the conversation never took in {workflow_id}'s completion")
+
+    def first(events: list[Any], kind: int) -> float:
+        return next(event_epoch(e) for e in events if e.event_type == kind)
+
+    def count(events: list[Any], kind: int) -> int:
+        return sum(1 for e in events if e.event_type == kind)
+
+    local = sum(
+        1
+        for e in [*part, *turn]
+        if e.event_type == E.EVENT_TYPE_MARKER_RECORDED
+        and e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    )
+    phases = {
+        "accepted": first(part, E.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED),
+        "turn_started": first(turn, E.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED),
+        "turn_task": first(turn, E.EVENT_TYPE_WORKFLOW_TASK_STARTED),
+        "step_scheduled": first(turn, E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED),
+    }
+    tasks = E.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    costs = {
+        "conversation workflow tasks": count(part, tasks),
+        "turn workflow tasks": count(turn, tasks),
+        "activities": count(turn, E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED),
+        "local activities": local,
+        "search-attribute upserts": count(turn, E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES)
+        + count(part, E.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES),
+        "history events (conversation + turn)": len(part) + len(turn),
+    }
+    return phases, costs
+
+
+def _conversation_part(events: list[Any], workflow_id: str, since: float) -> list[Any]:
+    """The conversation's events of one turn: from the workflow task scheduled for the
+    request (the first at or after ``since``) to the task completed after the turn closed."""
+    start = next(
+        (
+            i
+            for i, e in enumerate(events)
+            if e.event_type == E.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED and event_epoch(e) >= since
+        ),
+        None,
+    )
+    if start is None:
+        return []
+    part: list[Any] = []
+    closed = False
+    for e in events[start:]:
+        part.append(e)
+        attrs = e.child_workflow_execution_completed_event_attributes
+        if (
+            e.event_type == E.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED
+            and attrs.workflow_execution.workflow_id == workflow_id
+        ):
+            closed = True
+        elif closed and e.event_type == E.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            break
+    return part
 
 
 async def timed(call: Callable[[], Awaitable[Any]]) -> float:
@@ -104,14 +203,22 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
                     if event.type == "content_block_delta" and event.delta.type == "text_delta":
                         return
 
-        async def engine(conversation: str) -> float:
-            """Seconds to the first text delta; then the turn is awaited, untimed."""
-            began = time.perf_counter()
+        timelines: dict[str, list[dict[str, float]]] = {"warm": [], "first": []}
+        costs: dict[str, dict[str, int]] = {}
+
+        async def engine(conversation: str, kind: str) -> float:
+            """Seconds to the first text delta; then the turn is awaited, untimed, and laid
+            out from its histories (``timelines[kind]``, ``costs[kind]``)."""
+            began, wall = time.perf_counter(), time.time()
             started = await turns.start(conversation, "hi")
-            assert started.turn_number is not None
+            answered = time.time()
+            assert started.turn_number is not None and started.workflow_id
             await first_text(turns.chunks(conversation, started.turn_number))
             took = time.perf_counter() - began
             await turns.result(conversation, started)  # not timed past the first token
+            phases, costs[kind] = await turn_costs(client, conversation, started.workflow_id, wall)
+            marks = {**phases, "start_answered": answered, "first_token": wall + took}
+            timelines[kind].append({k: v - wall for k, v in marks.items()})
             return took
 
         async def engine_polled() -> None:
@@ -125,8 +232,8 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
             for i in range(warmup + rounds):
                 figures = {
                     "direct": await timed(direct),
-                    "warm": await engine(warm),
-                    "first": await engine(f"first-{uuid.uuid4().hex[:8]}"),
+                    "warm": await engine(warm, "warm"),
+                    "first": await engine(f"first-{uuid.uuid4().hex[:8]}", "first"),
                     "polled": await timed(engine_polled),
                 }
                 await turns.wait(polled, (await turns.state(polled)).recent[-1].request_id)
@@ -158,6 +265,8 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
                 met,
             )
         )
+    for kind, turn in (("warm", "warm turn"), ("first", "first turn")):
+        rows += timeline_rows(kind, turn, timelines[kind][warmup:], costs[kind])
     machine = machine_info()
     machine["loadavg_start"], machine["loadavg_end"] = load_start, loadavg()
     meta = {
@@ -171,7 +280,33 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
         "server": {**server, "data_dir": "a temporary folder"},
         "seconds": 0,
     }
-    return rows, {"samples_s": samples}, meta
+    raw = {"samples_s": samples, "timelines_s": timelines, "costs": costs}
+    return rows, raw, meta
+
+
+def timeline_rows(
+    kind: str, turn: str, timelines: list[dict[str, float]], costs: dict[str, int]
+) -> list[Row]:
+    """A turn's phases (medians from its start at the client) and its server round trips."""
+    rows: list[Row] = []
+    previous: float | None = None
+    for key, label in PHASES:
+        at = median(t[key] for t in timelines)
+        step = "" if previous is None else f"+{(at - previous) * 1000:.1f} ms after the line above"
+        rows.append(Row(f"{kind} timeline", f"{turn}: {label}", ms(at), step))
+        previous = at
+    answered = median(t["start_answered"] for t in timelines)
+    rows.append(
+        Row(
+            f"{kind} timeline",
+            f"{turn}: `start` answered at the client",
+            ms(answered),
+            "meanwhile: the turn does not wait for it",
+        )
+    )
+    counts = "; ".join(f"{what}: {n}" for what, n in costs.items())
+    rows.append(Row(f"{kind} timeline", f"{turn}: what it costs the server", counts))
+    return rows
 
 
 def main() -> None:
