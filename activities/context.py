@@ -11,7 +11,7 @@ from typing import Any
 from durable_turns.activities.compaction import apply_compaction
 from durable_turns.activities.truncation import truncate_older
 from durable_turns.contract import CONTINUE_PROMPT
-from durable_turns.hooks.types import StepResult, TurnConfig
+from durable_turns.hooks.types import SAMPLING, StepResult, TurnConfig
 from durable_turns.messages import (
     FilePart,
     Message,
@@ -23,7 +23,6 @@ from durable_turns.messages import (
     ToolResultPart,
 )
 from durable_turns.models import ModelRequest
-from durable_turns.models.base import SAMPLING
 from durable_turns.store import StepRecord, ToolResultRecord, TranscriptStore, TurnRecord
 
 

@@ -26,6 +26,7 @@ from durable_turns.activities.heartbeats import cancelled_by_user, keep_alive
 from durable_turns.activities.streaming import StepSnapshot, StreamStalled, consume
 from durable_turns.contract import MODEL_STEP, ModelStepInput, StepSummary, ToolCallRef, TurnRef
 from durable_turns.hooks.types import (
+    SAMPLING,
     CacheConfig,
     ChatErrorContext,
     PrepareStepContext,
@@ -42,7 +43,6 @@ from durable_turns.messages import (
     Usage,
 )
 from durable_turns.models import ModelProvider, ModelRequest, ProviderError
-from durable_turns.models.base import SAMPLING
 from durable_turns.store import StepRecord
 from durable_turns.streams import ChunkPublisher
 from durable_turns.tools import ToolRegistry

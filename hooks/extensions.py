@@ -51,6 +51,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from durable_turns.hooks.types import (
+    SAMPLING,
     StepResult,
     ToolCallContext,
     ToolCallResultContext,
@@ -78,14 +79,7 @@ REPLACED_FIELDS = (
     "tool_choice",
     "max_steps",
     "send_reasoning",
-    "max_output_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "presence_penalty",
-    "frequency_penalty",
-    "stop_sequences",
-    "seed",
+    *SAMPLING,
     "max_retries",
     "timeout",
 )

@@ -111,6 +111,20 @@ class TruncationConfig(BaseModel):
         return data
 
 
+SAMPLING = (
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "presence_penalty",
+    "frequency_penalty",
+    "stop_sequences",
+    "seed",
+)
+"""``TurnConfig``'s sampling settings: passed on to the model request (``ModelRequest``)
+as they are."""
+
+
 class TurnConfig(_Config):
     """``before_turn``'s return: every field optional; return only what you change.
 

@@ -54,19 +54,6 @@ class ProviderError(Exception):
         return self.kind == "transient"
 
 
-SAMPLING = (
-    "max_output_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "presence_penalty",
-    "frequency_penalty",
-    "stop_sequences",
-    "seed",
-)
-"""The sampling settings of a ``ModelRequest``: passed on from ``TurnConfig`` as they are."""
-
-
 class ModelRequest(BaseModel):
     """One model call: everything a provider needs, nothing it has to look up."""
 

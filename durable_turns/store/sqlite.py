@@ -112,13 +112,13 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
         snapshot: bool = False,
     ) -> T:
         """``fn`` in one write transaction (``single``: one statement, autocommit;
-        ``snapshot``: several reads in one read transaction) on a worker thread;
+        ``snapshot``: reads only, in one read transaction) on a worker thread;
         "database is locked" past the busy timeout is StoreUnavailable."""
 
         def run() -> T:
             conn = self._db()
             with self._lock:
-                if single and not snapshot:
+                if single:
                     return fn(conn)
                 conn.execute("BEGIN DEFERRED" if snapshot else "BEGIN IMMEDIATE")
                 try:
@@ -288,7 +288,7 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
             return turn, steps, results, messages
 
         # the bodies are parsed here, after the store's lock is released
-        found = await self._txn(read, single=True, snapshot=True)
+        found = await self._txn(read, snapshot=True)
         if found is None:
             return None
         turn, steps, results, messages = found
