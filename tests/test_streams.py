@@ -36,6 +36,7 @@ from durable_turns.streams import (
 from durable_turns.streams import base as stream_base
 from durable_turns.streams.redis import RedisStreamBackend
 from durable_turns.streams.sqlite import SQLiteStreamBackend
+from tests.support.probes import wait_until
 
 REDIS_URL = os.environ.get("TURNS_TEST_REDIS_URL") or "redis://127.0.0.1:6379/0"
 ROOT = Path(__file__).resolve().parents[1]
@@ -398,16 +399,18 @@ async def test_interval_flush_without_boundaries(backend: ChunkStreamBackend) ->
     await pub.aclose()
 
 
+async def _holds(backend: ChunkStreamBackend, sid: str, n: int) -> bool:
+    """Whether the stream holds ``n`` events yet."""
+    return len(await backend.read(sid)) == n
+
+
 async def test_the_first_chunk_after_a_boundary_is_not_batched(backend: ChunkStreamBackend) -> None:
     """A reader's first token never waits for the batching interval."""
     sid = _sid()
     pub = ChunkPublisher(backend, sid, flush_interval_s=60)
     await pub.step_start(0)
     pub.publish_chunk(TextDelta(text="first"))
-    for _ in range(1000):
-        if len(await backend.read(sid)) == 2:
-            break
-        await asyncio.sleep(0.005)
+    await wait_until(lambda: _holds(backend, sid, 2), within=5)
     assert len(await backend.read(sid)) == 2
     pub.publish_chunk(TextDelta(text="second"))
     await asyncio.sleep(0.05)
@@ -425,15 +428,9 @@ async def test_open_step_does_not_wait_and_keeps_the_first_chunk_eager(
     pub = ChunkPublisher(backend, sid, flush_interval_s=60)
     pub.open_step(3, {"model": "demo:x"})
     assert pub.pending == 1  # published, not yet written: nothing was awaited
-    for _ in range(1000):
-        if len(await backend.read(sid)) == 1:
-            break
-        await asyncio.sleep(0.005)
+    await wait_until(lambda: _holds(backend, sid, 1), within=5)
     pub.publish_chunk(TextDelta(text="first"))
-    for _ in range(1000):
-        if len(await backend.read(sid)) == 2:
-            break
-        await asyncio.sleep(0.005)
+    await wait_until(lambda: _holds(backend, sid, 2), within=5)
     events = await backend.read(sid)
     assert [(e.type, e.step) for e in events] == [("step-start", 3), (CHUNK, 3)]
     assert events[0].data == {"model": "demo:x"}
