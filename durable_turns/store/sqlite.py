@@ -6,7 +6,6 @@ and WAL lets several worker processes and readers share the file.
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -81,19 +80,18 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
 
     async def open(self) -> None:
         await super().open()
-        await asyncio.to_thread(self._migrate)
+        await self._on_thread(self._migrate)
 
-    def _migrate(self) -> None:
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
         """Files written before turn owners existed get the ``owner`` column."""
-        conn = self._db()
-        with self._lock:
-            columns = {row[1] for row in conn.execute("PRAGMA table_info(turns)")}
-            if "owner" not in columns:
-                try:
-                    conn.execute("ALTER TABLE turns ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
-                except sqlite3.OperationalError as e:  # another process added it meanwhile
-                    if "duplicate column" not in str(e):
-                        raise
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(turns)")}
+        if "owner" not in columns:
+            try:
+                conn.execute("ALTER TABLE turns ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+            except sqlite3.OperationalError as e:  # another process added it meanwhile
+                if "duplicate column" not in str(e):
+                    raise
 
     async def _run(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return await self._txn(lambda conn: conn.execute(sql, params).fetchall(), single=True)
@@ -112,25 +110,24 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
         snapshot: bool = False,
     ) -> T:
         """``fn`` in one write transaction (``single``: one statement, autocommit;
-        ``snapshot``: reads only, in one read transaction) on a worker thread;
-        "database is locked" past the busy timeout is StoreUnavailable."""
+        ``snapshot``: reads only, in one read transaction), at once or on a worker thread
+        (``SQLiteFile._call``); "database is locked" past the busy timeout is
+        StoreUnavailable."""
 
-        def run() -> T:
-            conn = self._db()
-            with self._lock:
-                if single:
-                    return fn(conn)
-                conn.execute("BEGIN DEFERRED" if snapshot else "BEGIN IMMEDIATE")
-                try:
-                    result = fn(conn)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                return result
+        def run(conn: sqlite3.Connection) -> T:
+            if single:
+                return fn(conn)
+            conn.execute("BEGIN DEFERRED" if snapshot else "BEGIN IMMEDIATE")
+            try:
+                result = fn(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return result
 
         try:
-            return await asyncio.to_thread(run)
+            return await self._call(run, write=not snapshot)
         except sqlite3.OperationalError as e:
             if _unavailable(e):
                 raise StoreUnavailable(f"SQLite store {self.path}: {e}") from e

@@ -3,14 +3,16 @@
 The embedded default, needing no server. Offsets are allocated inside a ``BEGIN IMMEDIATE``
 transaction (the file's write lock), so appends from different processes serialise and
 never collide; WAL lets readers read while a writer appends, and each committed append
-wakes the readers that follow the file (``streams.wakeup``), so none of them polls. The
-standard library's sqlite3 runs on a worker thread, like the transcript store.
+wakes the readers that follow the file (``streams.wakeup``), so none of them polls. Appends
+and reads run at once when the file is free and on a worker thread when it is busy, like the
+transcript store's transactions (``sqlite_wal.SQLiteFile``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -57,11 +59,9 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
     async def append(self, stream_id: str, events: Sequence[Mapping[str, Any]]) -> int:
         if not events:
             return await self.last_offset(stream_id)
-        return await asyncio.to_thread(self._append, stream_id, encode_batch(events), len(events))
+        body, n = encode_batch(events), len(events)
 
-    def _append(self, stream_id: str, body: str, n: int) -> int:
-        conn = self._db()
-        with self._lock:
+        def append(conn: sqlite3.Connection) -> int:
             conn.execute("BEGIN IMMEDIATE")  # the write lock: no other process allocates now
             try:
                 row = conn.execute(
@@ -80,21 +80,21 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
+            return int(first + n - 1)
+
+        last = await self._call(append, write=True)
         if self._wake is not None:
             self._wake.notify()
-        return first + n - 1
+        return last
 
-    def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        conn = self._db()
-        with self._lock:
-            return conn.execute(sql, params).fetchall()
+    async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        return await self._call(lambda conn: conn.execute(sql, params).fetchall(), write=False)
 
     async def read(
         self, stream_id: str, after: int = -1, limit: int | None = None
     ) -> list[StreamEvent]:
         # Each row holds at least one event past ``after``, so ``limit`` rows are enough.
-        rows = await asyncio.to_thread(
-            self._query,
+        rows = await self._query(
             "SELECT first_offset, body FROM chunk_batches WHERE stream_id = ? AND last_offset > ?"
             " ORDER BY last_offset LIMIT ?",
             (stream_id, after, -1 if limit is None else limit),
@@ -105,8 +105,7 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         return out if limit is None else out[:limit]
 
     async def last_offset(self, stream_id: str) -> int:
-        rows = await asyncio.to_thread(
-            self._query,
+        rows = await self._query(
             "SELECT last_offset FROM chunk_batches WHERE stream_id = ?"
             " ORDER BY first_offset DESC LIMIT 1",
             (stream_id,),
@@ -114,8 +113,11 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         return int(rows[0][0]) if rows else -1
 
     async def delete(self, stream_id: str) -> None:
-        await asyncio.to_thread(
-            self._query, "DELETE FROM chunk_batches WHERE stream_id = ?", (stream_id,)
+        await self._call(
+            lambda conn: conn.execute(
+                "DELETE FROM chunk_batches WHERE stream_id = ?", (stream_id,)
+            ),
+            write=True,
         )
 
     async def trim(self, older_than_s: float) -> int:
@@ -125,14 +127,13 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         an idle stream's offsets are never restarted under a reader that still holds one.
         """
         cutoff = time.time() - older_than_s
-        return await asyncio.to_thread(self._trim, cutoff)
+        return await self._on_thread(lambda conn: self._trim(conn, cutoff))  # a long one
 
-    def _trim(self, cutoff: float) -> int:
-        conn = self._db()
-        with self._lock:
-            cur = conn.execute(
-                "DELETE FROM chunk_batches WHERE stream_id IN (SELECT stream_id"
-                " FROM chunk_batches GROUP BY stream_id HAVING MAX(created_at) < ?)",
-                (cutoff,),
-            )
-            return cur.rowcount
+    @staticmethod
+    def _trim(conn: sqlite3.Connection, cutoff: float) -> int:
+        cur = conn.execute(
+            "DELETE FROM chunk_batches WHERE stream_id IN (SELECT stream_id"
+            " FROM chunk_batches GROUP BY stream_id HAVING MAX(created_at) < ?)",
+            (cutoff,),
+        )
+        return cur.rowcount
