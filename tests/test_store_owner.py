@@ -175,7 +175,7 @@ async def test_a_locked_sqlite_database_is_store_unavailable(tmp_path: Path) -> 
     await db.open()
     blocker = sqlite3.connect(path, isolation_level=None)
     try:
-        db._db().execute("PRAGMA busy_timeout=50")
+        db.busy_timeout_ms = 50
         blocker.execute("BEGIN EXCLUSIVE")
         with pytest.raises(StoreUnavailable, match="locked"):
             await db.save_turn(record("a"))

@@ -295,7 +295,7 @@ asyncio.run(main(url, sid, tag, int(batches), int(per)))
 
 
 async def test_two_processes_append_without_collisions(shared_url: str) -> None:
-    sid, batches, per = _sid(), 300, 3
+    sid, batches, per = _sid(), 2000, 3  # enough that the two overlap, even at ~50 µs each
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [
         await asyncio.create_subprocess_exec(
