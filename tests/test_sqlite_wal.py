@@ -9,14 +9,17 @@ every ``CHECKPOINT_EVERY`` writes, so it never grows without bound.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-from durable_turns.sqlite_wal import CHECKPOINT_EVERY
+from durable_turns.sqlite_wal import CHECKPOINT_EVERY, SQLiteFile
 from durable_turns.store import TurnRecord
 from durable_turns.store.sqlite import SQLiteStore
 from durable_turns.streams.sqlite import SQLiteStreamBackend
+from tests.support.probes import wait_until
 
 
 def turn(n: int) -> TurnRecord:
@@ -25,17 +28,24 @@ def turn(n: int) -> TurnRecord:
     )
 
 
+@contextlib.asynccontextmanager
+async def opened(file: SQLiteFile) -> AsyncIterator[list[int]]:
+    """``file`` open, recording the thread of every statement it runs; closed after."""
+    await file.open()
+    threads: list[int] = []
+    file._db().set_trace_callback(lambda _sql: threads.append(threading.get_ident()))
+    try:
+        yield threads
+    finally:
+        await file.close()
+
+
 async def test_a_free_file_is_written_on_the_loops_own_thread(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "t.db")
-    await store.open()
-    threads: list[int] = []
-    store._db().set_trace_callback(lambda _sql: threads.append(threading.get_ident()))
-    try:
+    async with opened(store) as threads:
         await store.save_turn(turn(1))
         assert (await store.get_turn("c/turn-1")) is not None
         assert threads and set(threads) == {threading.get_ident()}
-    finally:
-        await store.close()
 
 
 async def test_a_busy_file_is_waited_for_on_a_thread_while_the_loop_goes_on(
@@ -43,9 +53,6 @@ async def test_a_busy_file_is_waited_for_on_a_thread_while_the_loop_goes_on(
 ) -> None:
     path = tmp_path / "s.db"
     stream = SQLiteStreamBackend(path)
-    await stream.open()
-    threads: list[int] = []
-    stream._db().set_trace_callback(lambda _sql: threads.append(threading.get_ident()))
     blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     ticks = 0
 
@@ -55,21 +62,22 @@ async def test_a_busy_file_is_waited_for_on_a_thread_while_the_loop_goes_on(
             ticks += 1
             await asyncio.sleep(0.01)
 
-    ticker = asyncio.create_task(tick())
-    try:
-        blocker.execute("BEGIN IMMEDIATE")  # another process's write lock, as it were
-        append = asyncio.create_task(stream.append("s", [{"type": "chunk", "data": {"i": 0}}]))
-        await asyncio.sleep(0.3)
-        assert not append.done()  # waiting for the lock, not failed
-        assert ticks >= 10  # and not on the loop: the loop went on meanwhile
-        blocker.execute("COMMIT")
-        assert await asyncio.wait_for(append, 10) == 0
-        assert threading.get_ident() in threads and len(set(threads)) == 2  # tried, then waited
-        assert [e.offset for e in await stream.read("s")] == [0]
-    finally:
-        ticker.cancel()
-        blocker.close()
-        await stream.close()
+    async with opened(stream) as threads:
+        ticker = asyncio.create_task(tick())
+        try:
+            blocker.execute("BEGIN IMMEDIATE")  # another process's write lock, as it were
+            event = {"type": "chunk", "data": {"i": 0}}
+            append = asyncio.create_task(stream.append("s", [event]))
+            await asyncio.sleep(0.3)
+            assert not append.done()  # waiting for the lock, not failed
+            assert ticks >= 10  # and not on the loop: the loop went on meanwhile
+            blocker.execute("COMMIT")
+            assert await asyncio.wait_for(append, 10) == 0
+            assert threading.get_ident() in threads and len(set(threads)) == 2  # tried, waited
+            assert [e.offset for e in await stream.read("s")] == [0]
+        finally:
+            ticker.cancel()
+            blocker.close()
 
 
 async def test_the_log_is_checkpointed_into_the_file_every_so_many_writes(
@@ -82,11 +90,8 @@ async def test_the_log_is_checkpointed_into_the_file_every_so_many_writes(
         empty = path.stat().st_size
         for i in range(CHECKPOINT_EVERY * 2):
             await stream.append("s", [{"type": "chunk", "data": {"text": "x" * 2000, "i": i}}])
-        for _ in range(100):  # the checkpoint runs on a thread, after the write that asked
-            if path.stat().st_size > empty + CHECKPOINT_EVERY * 2000:
-                break
-            await asyncio.sleep(0.05)
-        assert path.stat().st_size > empty + CHECKPOINT_EVERY * 2000
+        # the checkpoint runs on a thread, after the write that asked for it
+        await wait_until(lambda: path.stat().st_size > empty + CHECKPOINT_EVERY * 2000, 5)
     finally:
         await stream.close()
     reopened = SQLiteStreamBackend(path)
