@@ -118,17 +118,32 @@ class SQLiteFile:
             finally:
                 self._lock.release()
         if waits:
-            result = await self._on_thread(fn, conn)
+            result = await self._on_thread(fn)
         if write:
             self._wrote()
         return result
 
-    async def _on_thread(
-        self, fn: Callable[[sqlite3.Connection], T], conn: sqlite3.Connection | None = None
-    ) -> T:
+    async def _transaction(self, fn: Callable[[sqlite3.Connection], T], *, write: bool) -> T:
+        """``fn(conn)`` in one transaction, committed, or rolled back on any error: a write
+        (``BEGIN IMMEDIATE``, the file's write lock) or a consistent read (``BEGIN DEFERRED``),
+        run by :meth:`_call`."""
+
+        def run(conn: sqlite3.Connection) -> T:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN DEFERRED")
+            try:
+                result = fn(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            return result
+
+        return await self._call(run, write=write)
+
+    async def _on_thread(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """``fn(conn)`` on a worker thread, under the lock, waiting for busy locks up to
         ``busy_timeout_ms`` (past it: "database is locked")."""
-        conn = conn or self._db()
+        conn = self._db()
 
         def run() -> T:
             with self._lock:

@@ -96,38 +96,20 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
     async def _run(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         return await self._txn(lambda conn: conn.execute(sql, params).fetchall(), single=True)
 
-    async def _run_many(self, statements: list[tuple[str, tuple[Any, ...]]]) -> None:
-        def run(conn: sqlite3.Connection) -> None:
-            for sql, params in statements:
-                conn.execute(sql, params)
-
-        await self._txn(run)
-
     async def _txn(
         self,
         fn: Callable[[sqlite3.Connection], T],
         single: bool = False,
         snapshot: bool = False,
     ) -> T:
-        """``fn`` in one write transaction (``single``: one statement, autocommit;
+        """``fn`` in one write transaction (``single``: one read statement, autocommit;
         ``snapshot``: reads only, in one read transaction), at once or on a worker thread
         (``SQLiteFile._call``); "database is locked" past the busy timeout is
         StoreUnavailable."""
-
-        def run(conn: sqlite3.Connection) -> T:
-            if single:
-                return fn(conn)
-            conn.execute("BEGIN DEFERRED" if snapshot else "BEGIN IMMEDIATE")
-            try:
-                result = fn(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            return result
-
         try:
-            return await self._call(run, write=not snapshot)
+            if single:
+                return await self._call(fn, write=False)
+            return await self._transaction(fn, write=not snapshot)
         except sqlite3.OperationalError as e:
             if _unavailable(e):
                 raise StoreUnavailable(f"SQLite store {self.path}: {e}") from e

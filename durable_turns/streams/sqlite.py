@@ -62,27 +62,21 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         body, n = encode_batch(events), len(events)
 
         def append(conn: sqlite3.Connection) -> int:
-            conn.execute("BEGIN IMMEDIATE")  # the write lock: no other process allocates now
-            try:
-                row = conn.execute(
-                    "SELECT last_offset FROM chunk_batches WHERE stream_id = ?"
-                    " ORDER BY first_offset DESC LIMIT 1",
-                    (stream_id,),
-                ).fetchone()
-                first = row[0] + 1 if row else 0
-                conn.execute(
-                    "INSERT INTO chunk_batches"
-                    " (stream_id, first_offset, last_offset, body, created_at)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (stream_id, first, first + n - 1, body, time.time()),
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
+            row = conn.execute(
+                "SELECT last_offset FROM chunk_batches WHERE stream_id = ?"
+                " ORDER BY first_offset DESC LIMIT 1",
+                (stream_id,),
+            ).fetchone()
+            first = row[0] + 1 if row else 0
+            conn.execute(
+                "INSERT INTO chunk_batches (stream_id, first_offset, last_offset, body, created_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (stream_id, first, first + n - 1, body, time.time()),
+            )
             return int(first + n - 1)
 
-        last = await self._call(append, write=True)
+        # a write transaction holds the file's write lock: no other process allocates now
+        last = await self._transaction(append, write=True)
         if self._wake is not None:
             self._wake.notify()
         return last
