@@ -77,29 +77,27 @@ Role = Literal["system", "user", "assistant"]
 class Message(_Model):
     """One transcript message.
 
-    Clients may send ``{"role": "user", "content": "text"}``; it is read as one text part.
+    Clients may send ``{"role": "user", "content": "text"}``; it is read as one text part
+    (``content`` may also be a list of parts), and is never stored or sent on as such.
     """
 
     id: str = ""
     role: Role
     parts: list[Part] = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    content: str | list[Part] | None = Field(default=None, exclude=True, repr=False)
+    """Input shorthand for ``parts``; always ``None`` once the message is built."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _content_shorthand(cls, data: Any) -> Any:
-        if isinstance(data, dict) and "content" in data:
-            data = dict(data)
-            content = data.pop("content")
-            if "parts" in data:
+    # An after-validator, not a before-validator: a stored message (read on every model
+    # step) then goes from JSON to the model in pydantic's core alone, about twice as fast.
+    @model_validator(mode="after")
+    def _content_shorthand(self) -> Message:
+        if self.content is not None:
+            if "parts" in self.model_fields_set:
                 raise ValueError("give either 'content' or 'parts', not both")
-            if isinstance(content, str):
-                data["parts"] = [{"type": "text", "text": content}]
-            elif isinstance(content, list):
-                data["parts"] = content
-            else:
-                raise ValueError("'content' must be a string or a list of parts")
-        return data
+            content, self.content = self.content, None
+            self.parts = [TextPart(text=content)] if isinstance(content, str) else content
+        return self
 
     @property
     def text(self) -> str:
