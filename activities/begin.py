@@ -13,7 +13,7 @@ from durable_turns.activities.errors import INVALID_MODEL, INVALID_REQUEST, take
 from durable_turns.activities.heartbeats import keep_alive
 from durable_turns.contract import BEGIN_TURN, BeginTurnInput, TurnPlan, model_id_problem
 from durable_turns.hooks.types import TurnConfig, TurnContext
-from durable_turns.messages import Message
+from durable_turns.messages import Message, copied
 from durable_turns.store import TurnRecord
 from durable_turns.transforms import UnknownTransform, resolve_transforms
 
@@ -74,7 +74,7 @@ class BeginActivities:
         Whether it did (and so changed the transcript)."""
         session = await self.deps.session()
         context = await ctx_build.base_messages(self.deps.store, turn, transcript=transcript)
-        if not session.needs_compaction(context):
+        if session.compact_after_tokens is None or not session.needs_compaction(copied(context)):
             return False
         await store_compaction(
             self.deps,
@@ -92,7 +92,7 @@ class BeginActivities:
         base = TurnConfig()
         return TurnContext(
             system=await self.deps.system(base),
-            messages=messages,
+            messages=copied(messages) if self.deps.lifecycle.overrides("before_turn") else messages,
             tools=self.deps.tool_specs(base, model=model),
             model=model,
             continuation=turn.continuation,

@@ -13,7 +13,7 @@ from typing import Any
 
 from durable_turns.contract import CompactResult
 from durable_turns.hooks.session import Session
-from durable_turns.messages import Message, TextDelta, TextPart, user_message
+from durable_turns.messages import Message, TextDelta, TextPart, copied, user_message
 from durable_turns.models import ModelRegistry, ModelRequest
 
 SUMMARY_PROMPT = (
@@ -66,6 +66,7 @@ async def compact(
     reason: str,
 ) -> tuple[Message | None, CompactResult]:
     """A summary message folding all but the last messages of ``context``, if it shortens it."""
+    context = copied(context)  # the session's summariser and token counter get their own
     count = session.token_counter
     before = count(context)
     if len(context) <= KEEP_RECENT:

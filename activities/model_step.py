@@ -41,6 +41,7 @@ from durable_turns.messages import (
     TextPart,
     ToolCallPart,
     Usage,
+    copied,
 )
 from durable_turns.models import ModelProvider, ModelRequest, ProviderError
 from durable_turns.store import StepRecord
@@ -76,12 +77,14 @@ class ModelStepActivities:
                 self.deps.store, turn, prior, results, transcript=state.transcript
             )
             inherited = prior[-1].experimental_context if prior else None
+            hooked = self.deps.lifecycle.overrides("before_step")
             step_config = await self.deps.lifecycle.before_step(
                 PrepareStepContext(
                     steps=[ctx_build.step_result(s, results, turn) for s in prior],
                     step_number=inp.step,
                     model=inp.model,
-                    messages=messages,
+                    # the hook's own copies: what the store returned is shared
+                    messages=copied(messages) if hooked else messages,
                     experimental_context=inherited,
                     request_id=turn.request_id,
                     conversation_id=turn.conversation_id,

@@ -26,7 +26,7 @@ from durable_turns.contract import (
     ToolOutcome,
 )
 from durable_turns.hooks.types import ToolCallContext, ToolCallResultContext
-from durable_turns.messages import ToolCallPart, ToolResultChunk
+from durable_turns.messages import ToolCallPart, ToolResultChunk, copied
 from durable_turns.store import StepRecord, ToolResultRecord, TurnRecord
 from durable_turns.tools import ToolContext
 
@@ -120,7 +120,12 @@ class ToolCallActivities:
         wanted = self.deps.lifecycle.overrides("before_tool_call") or self.deps.lifecycle.overrides(
             "after_tool_call"
         )
-        messages = await ctx_build.step_messages(self.deps.store, turn, steps, {}) if wanted else []
+        # the hooks' own copies: what the store returned is shared
+        messages = (
+            copied(await ctx_build.step_messages(self.deps.store, turn, steps, {}))
+            if wanted
+            else []
+        )
         return ToolCallContext(
             tool_call_id=call.tool_call_id,
             tool_name=call.tool_name,

@@ -109,6 +109,16 @@ def user_message(text: str, id: str = "") -> Message:
     return Message(id=id, role="user", parts=[TextPart(text=text)])
 
 
+def copied(messages: list[Message]) -> list[Message]:
+    """Independent copies of ``messages`` (through their JSON, cheaper than a deep copy).
+
+    Messages read from the transcript store are shared within a worker process (the store
+    does not parse a body it has parsed before): user code that is handed them (a hook, a
+    session's summariser or token counter) gets copies, so changing one in place changes
+    nothing else."""
+    return [Message.model_validate_json(m.model_dump_json()) for m in messages]
+
+
 # --- usage -------------------------------------------------------------------------------
 
 

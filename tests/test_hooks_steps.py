@@ -66,6 +66,23 @@ async def test_before_step_model_and_messages(harness: Harness) -> None:
     assert b0["model"] == b1["model"] != "demo:echo"  # the override was for step 1 only
 
 
+async def test_a_hook_changing_its_messages_in_place_changes_nothing_else(
+    harness: Harness,
+) -> None:
+    # The worker shares the messages it read from the store between reads (it does not
+    # parse a stored body twice): a hook gets copies, so an in-place change stays its own.
+    start_worker(harness)
+    script = [{"tool_calls": [note()]}, {"tool_calls": [note()]}, {"text": "done"}]
+    for _ in range(2):  # the second turn reads the first turn's messages again
+        result = await send(harness, "mutating", script, mutate_messages=True)
+        assert result.status == "completed"
+    seen = calls(harness, "before_step")
+    assert len(seen) == 6 and all("MUTATED" not in c["first_text"] for c in seen)
+    assert seen[0]["first_text"] == "hi"
+    transcript = await (await harness.store()).messages(harness.conv("mutating"))
+    assert "MUTATED" not in json.dumps([m.model_dump() for m in transcript])
+
+
 async def test_experimental_context_reaches_tools_from_that_step_on(harness: Harness) -> None:
     start_worker(harness)
     script = [{"tool_calls": [note("a")]}, {"tool_calls": [note("b")]}, {"tool_calls": [note("c")]}]

@@ -17,7 +17,7 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from durable_turns.messages import Message, TextPart, Usage
+from durable_turns.messages import Message, TextPart, Usage, copied
 from durable_turns.store import (
     StepRecord,
     ToolResultRecord,
@@ -25,6 +25,7 @@ from durable_turns.store import (
     TurnRecord,
     open_store,
 )
+from durable_turns.store.base import ParsedMessages
 from durable_turns.store.postgres import MIGRATIONS, SCHEMA_VERSION, PostgresStore
 from durable_turns.store.sqlite import SQLiteStore
 
@@ -169,6 +170,31 @@ def test_content_shorthand_is_read_as_parts_and_never_stored() -> None:
     # pydantic's JSON parser (it would make each message a Python dict first, ~2x slower).
     modes = {d.info.mode for d in Message.__pydantic_decorators__.model_validators.values()}
     assert modes == {"after"}
+
+
+def test_parsed_messages_parse_a_body_once_and_stay_bounded() -> None:
+    parse = ParsedMessages(max_chars=400)
+    a, b = (Message(id=i, role="user", parts=[TextPart(text=i * 50)]) for i in "ab")
+    first = parse([a.model_dump_json(), b.model_dump_json()])
+    again = parse([a.model_dump_json(), b.model_dump_json()])
+    assert first == [a, b] and all(x is y for x, y in zip(first, again, strict=True))
+    # a changed body (put_message, compaction) is what comes back, parsed anew
+    changed = a.model_copy(update={"parts": [TextPart(text="new")]})
+    [fresh] = parse([changed.model_dump_json()])
+    assert fresh == changed and fresh is not first[0]
+    # bounded: the least recently used bodies go first
+    bodies = [
+        Message(id=str(i), role="user", parts=[TextPart(text="x" * 100)]).model_dump_json()
+        for i in range(5)
+    ]
+    kept = parse(bodies)
+    assert len(parse) == 400 // len(bodies[0])  # the newest bodies that fit
+    assert parse(bodies[-1:])[0] is kept[-1]  # still held
+    assert parse(bodies[:1])[0] is not kept[0]  # let go: parsed anew
+    # copies for user code are equal and independent
+    [copy] = copied([a])
+    copy.parts.append(TextPart(text="!"))
+    assert copy != a and a == Message(id="a", role="user", parts=[TextPart(text="a" * 50)])
 
 
 async def test_put_message_replaces_content_and_keeps_position(store: TranscriptStore) -> None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import abc
 import functools
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
@@ -137,9 +139,55 @@ class TurnState(BaseModel):
     """The conversation's messages, oldest first, when asked for."""
 
 
-def parse_messages(bodies: Iterable[str]) -> list[Message]:
-    """Stored message bodies (JSON), in their order, as messages."""
-    return [Message.model_validate_json(body) for body in bodies]
+class ParsedMessages:
+    """Parsed messages by their stored JSON body, shared by every read of the process.
+
+    Each model step of a turn reads the whole transcript again, and parsing it (pydantic
+    models for every part) was the largest cost of a step on a long conversation. Rows are
+    still read from the store every time, so what the store holds is always what is
+    returned; only a body already seen (the very same text) is not parsed again.
+
+    The messages it returns are therefore shared: the engine only reads them, and user code
+    that receives transcript messages (hooks, a session's summariser or token counter) gets
+    its own copies (``messages.copied``). Bounded by ``max_chars`` characters of body text
+    (8 million by default, some 2 million tokens of transcript), least recently used out
+    first; a body larger than the bound is parsed every time.
+    """
+
+    def __init__(self, max_chars: int = 8_000_000) -> None:
+        self.max_chars = max_chars
+        self._parsed: OrderedDict[str, Message] = OrderedDict()
+        self._chars = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, bodies: Iterable[str]) -> list[Message]:
+        out: list[Message] = []
+        with self._lock:
+            for body in bodies:
+                message = self._parsed.get(body)
+                if message is None:
+                    message = Message.model_validate_json(body)
+                    self._add(body, message)
+                else:
+                    self._parsed.move_to_end(body)
+                out.append(message)
+        return out
+
+    def _add(self, body: str, message: Message) -> None:
+        if len(body) > self.max_chars:
+            return
+        self._parsed[body] = message
+        self._chars += len(body)
+        while self._chars > self.max_chars:
+            old, _ = self._parsed.popitem(last=False)
+            self._chars -= len(old)
+
+    def __len__(self) -> int:
+        return len(self._parsed)
+
+
+parse_messages = ParsedMessages()
+"""Stored message bodies (JSON), in their order, as (shared) messages."""
 
 
 def parse_steps(bodies: Iterable[str]) -> list[StepRecord]:

@@ -7,6 +7,7 @@ request's body, so one class serves every test:
 * ``turn_config``: what ``before_turn`` returns; ``big_override``: N characters of
   ``messages`` override; ``raise_in``: ``"before_turn"`` raises there;
 * ``step_configs``: ``{"<step>": StepConfig as JSON}`` for ``before_step``;
+* ``mutate_messages``: ``before_step`` appends a text part to each of its messages in place;
 * ``tool_decisions``: ``{"<tool>": ToolCallDecision as JSON, or "raise"}``;
 * ``follow_up``: ``{"text": ..., "model": ...}``: ``on_chat_response`` submits it as a new
   request to the same conversation (through a Temporal client, as an app would).
@@ -92,9 +93,13 @@ class RecordingHooks(TurnHooks):
             model=ctx.model,
             steps=[s.step_number for s in ctx.steps],
             message_count=len(ctx.messages),
+            first_text=ctx.messages[0].text if ctx.messages else "",
             experimental_context=ctx.experimental_context,
             request_id=ctx.request_id,
         )
+        if ctx.body.get("mutate_messages"):  # in place, as a careless hook would
+            for message in ctx.messages:
+                message.parts.append(TextPart(text=" MUTATED"))
         return (ctx.body.get("step_configs") or {}).get(str(ctx.step_number))
 
     async def before_tool_call(self, ctx: ToolCallContext) -> Any:
