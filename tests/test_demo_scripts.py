@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from durable_turns.messages import Message, user_message
+from durable_turns.models import DemoProvider, ModelProvider
 from tests.llm_server import LLMServer
 from tests.support.harness import Harness
 
@@ -59,3 +63,26 @@ async def test_the_demo_tools_are_offered_to_demo_models_only(
     demo = await harness.send(harness.conv("demo"), "weather in Paris?", model="demo:weather")
     assert demo.status == "completed" and demo.steps == 2  # it called get_weather
     assert "Here is the forecast for Paris" in demo.text
+
+
+def test_the_demo_measures_each_message_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The demo stands in for an instant model; the transcript's messages are the same
+    # objects from step to step, so measuring them again would only cost the worker CPU.
+    demo = DemoProvider()
+    messages = [user_message("hello " * 40, id=str(i)) for i in range(3)]
+    expected = ModelProvider.count_tokens(demo, "system", messages)
+    assert demo.count_tokens("system", messages) == expected
+    dumps: list[Message] = []
+    dump = Message.model_dump_json
+
+    def counted(self: Message, **kw: object) -> str:
+        dumps.append(self)
+        return dump(self, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Message, "model_dump_json", counted)
+    assert demo.count_tokens("system", messages) == expected and dumps == []
+    other = user_message("hello " * 40, id="0")  # equal to messages[0], another object
+    assert demo.count_tokens("system", [other]) == ModelProvider.count_tokens(
+        demo, "system", [other]
+    )
+    assert dumps and dumps[0] is other

@@ -36,6 +36,7 @@ import asyncio
 import json
 import os
 import re
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,10 @@ MAX_REPEAT = 100_000
 """A script file larger than this (1 MiB) is refused."""
 
 
+MEASURED_MESSAGES = 4096
+"""Messages whose size the demo provider remembers (least recently used out first)."""
+
+
 class DemoProvider(ModelProvider):
     name = "demo"
 
@@ -96,6 +101,24 @@ class DemoProvider(ModelProvider):
         folder = script_dir if script_dir is not None else os.environ.get("TURNS_DEMO_DIR")
         self.script_dir = Path(folder).resolve() if folder else None
         self._files: dict[str, tuple[float, Any]] = {}
+        self._sizes: OrderedDict[int, tuple[Message, int]] = OrderedDict()
+
+    def count_tokens(self, system: str, messages: list[Message]) -> int:
+        """The base class's estimate, each message measured once: the transcript's messages
+        are the very same objects from step to step (the store shares what it parsed), and
+        the demo stands in for an instant model, so it should cost next to nothing."""
+        return (len(system) + sum(self._size(m) for m in messages)) // 4
+
+    def _size(self, message: Message) -> int:
+        known = self._sizes.get(id(message))
+        if known is not None and known[0] is message:  # held, so its id is not reused
+            self._sizes.move_to_end(id(message))
+            return known[1]
+        size = len(message.model_dump_json())
+        self._sizes[id(message)] = (message, size)
+        if len(self._sizes) > MEASURED_MESSAGES:
+            self._sizes.popitem(last=False)
+        return size
 
     def script_path(self, name: str) -> Path | None:
         """The script file ``name`` stands for: in ``TURNS_DEMO_DIR``, by plain name only."""
