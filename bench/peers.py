@@ -115,6 +115,8 @@ TARGETS = {
     "throughput": 0.9,  # ≥ 0.9× OpenAI Agents' turns/s
 }
 OPENAI = "openai-agents"
+ENGINE_ROWS = ("engine-next", "engine-first", "engine-start", "engine-direct")
+
 LABELS = {
     "floor": "bare Temporal: one workflow per turn, a no-op activity per model step and per"
     " tool call (the outside floor)",
@@ -123,6 +125,8 @@ LABELS = {
     "engine-next": "durable-turns, next turn of a conversation",
     "engine-first": "durable-turns, first turn of a new conversation",
     "engine-start": "durable-turns, next turn, startTurn + turn result",
+    "engine-direct": "what-if: durable-turns' TurnWorkflow started by the client, no"
+    " conversation workflow (no queue, no turn lock)",
 }
 CPU_NOTE = (
     "worker CPU = utime + stime of the system's own worker process (/proc/<pid>/stat) from"
@@ -132,7 +136,7 @@ CPU_NOTE = (
     " bench.peer_worker` (the peer's temporalio worker with its plugin: the workflow running"
     " the agent, the model activity with the scripted model, the tool activity). durable-turns:"
     " `python worker.py` (conversation and turn workflows in the sandbox, the begin/model/tool/"
-    "finish activities, the SQLite transcript store, the live chunk stream); its three rows"
+    "finish activities, the SQLite transcript store, the live chunk stream); its four rows"
     " share one worker process, measured in separate batches"
 )
 
@@ -187,7 +191,7 @@ def table(result: dict[str, Any], engine_hist: dict[str, dict[str, int]]) -> str
         f" | {burst} concurrent 3-step turns |"
     )
     lines = [head, "|---|---|---|---|---|---|"]
-    for name in ["floor", *result["peers"], "engine-next", "engine-first", "engine-start"]:
+    for name in ["floor", *result["peers"], *ENGINE_ROWS]:
         s = systems.get(name)
         if s is None:
             continue
@@ -268,6 +272,26 @@ def target_rows(result: dict[str, Any]) -> list[Row]:
                     " conversation workflow (its open activity), then the turn",
                 )
             )
+    direct = systems.get("engine-direct")
+    if oa1 is not None and (v := lat(direct, "1")) is not None:
+        d_cpu, oa_cpu = cpu(direct), cpu(oa)
+        rows.append(
+            Row(
+                "6",
+                "what-if: the TurnWorkflow started by the client, no conversation, 1 step",
+                ms(v),
+                f"OpenAI Agents {ms(oa1)}",
+                v / oa1,
+                note="what the turn costs without the conversation's hop: a client starts it"
+                " (docs/clients.md), so nothing queues turns, holds the turn lock or numbers"
+                " them; a new conversation id each time"
+                + (
+                    f"; worker CPU {ms(d_cpu)} per turn ({d_cpu / oa_cpu:.2f}× OpenAI Agents)"
+                    if d_cpu and oa_cpu
+                    else ""
+                ),
+            )
+        )
     floor_step, engine_step = per_step(systems.get("floor")), per_step(nxt)
     if floor_step is not None and engine_step is not None:
         t = TARGETS["step"]

@@ -59,9 +59,11 @@ from bench.common import (
 
 MODULES = {"pydantic-ai": "bench.peer_pydantic_ai", "openai-agents": "bench.peer_openai_agents"}
 PROMPT = "steps={steps} What is the weather in Oslo?"
-ENGINE_SYSTEMS = ("engine-next", "engine-first", "engine-start")
+ENGINE_SYSTEMS = ("engine-next", "engine-first", "engine-start", "engine-direct")
 """The engine's rows: next turn (sendMessage on a warm conversation), first turn (sendMessage
-creating a new conversation), next turn by startTurn + the turn workflow's result."""
+creating a new conversation), next turn by startTurn + the turn workflow's result, and a
+``TurnWorkflow`` a client starts itself, with no conversation workflow at all (a what-if:
+what the turn costs without the conversation's hop)."""
 
 Turn = Callable[[int], Awaitable[None]]
 """One turn of ``steps`` model steps (``steps - 1`` tool calls), awaited to its result."""
@@ -98,6 +100,23 @@ async def engine_start(client: Client, queue: str, conversation: str, model: str
     record = await engine_update(client, queue, conversation, model, "startTurn")
     handle = client.get_workflow_handle(record["workflow_id"], result_type=dict)
     result = await handle.result()
+    assert result["status"] == "completed", result
+
+
+async def engine_direct(client: Client, queue: str, conversation: str, model: str) -> None:
+    """A ``TurnWorkflow`` started directly (``workflow_id`` = ``<conversation>/turn-1``): the
+    same begin, model, tool and finish activities, but no conversation workflow, so no
+    queue, no turn lock and no turn numbering; a new conversation id every time."""
+    turn = {
+        "conversation_id": conversation,
+        "turn_number": 1,
+        "request_id": f"{conversation}-r",
+        "new_messages": request()["messages"],
+        "model": model,
+    }
+    result = await client.execute_workflow(
+        "TurnWorkflow", turn, id=f"{conversation}/turn-1", task_queue=queue, result_type=dict
+    )
     assert result["status"] == "completed", result
 
 
@@ -299,11 +318,13 @@ class Driver:
         assert self.client is not None
         if conversation is None:
             conversation = (
-                f"first-{self.tag}-{uuid.uuid4().hex[:12]}"
-                if system.name == "engine-first"
+                f"{system.name}-{self.tag}-{uuid.uuid4().hex[:12]}"
+                if system.name in ("engine-first", "engine-direct")
                 else f"{system.name}-{self.tag}-{steps}"
             )
-        send = engine_start if system.name == "engine-start" else engine_send
+        send = {"engine-start": engine_start, "engine-direct": engine_direct}.get(
+            system.name, engine_send
+        )
         await send(self.client, system.queue, conversation, self.models[steps])
 
     def system(self, name: str) -> System:
@@ -316,7 +337,7 @@ class Driver:
     # --- the measurements ----------------------------------------------------------------------
 
     async def latency_and_cpu(self) -> dict[str, System]:
-        """One worker process per system; the engine's three rows share one."""
+        """One worker process per system; the engine's four rows share one."""
         a = self.args
         systems = [self.system(n) for n in ["floor", *self.peers, *ENGINE_SYSTEMS]]
         engine = [s for s in systems if s.kind == "engine"]
