@@ -74,7 +74,7 @@ class BeginActivities:
         Whether it did (and so changed the transcript)."""
         session = await self.deps.session()
         context = await ctx_build.base_messages(self.deps.store, turn, transcript=transcript)
-        if session.compact_after_tokens is None or not session.needs_compaction(copied(context)):
+        if not session.needs_compaction(context):
             return False
         await store_compaction(
             self.deps,

@@ -45,7 +45,7 @@ async def summarise(
 ) -> str:
     """The session's summariser, or the turn's model asked for a summary."""
     if session.summariser is not None:
-        value: Any = session.summariser(head)
+        value: Any = session.summariser(copied(head))  # its own copies: the worker's are shared
         return str(await value if hasattr(value, "__await__") else value or "")
     provider, name = models.resolve(model)
     transcript = "\n\n".join(f"{m.role}: {m.text}" for m in head if m.text)
@@ -66,8 +66,7 @@ async def compact(
     reason: str,
 ) -> tuple[Message | None, CompactResult]:
     """A summary message folding all but the last messages of ``context``, if it shortens it."""
-    context = copied(context)  # the session's summariser and token counter get their own
-    count = session.token_counter
+    count = session.count_tokens
     before = count(context)
     if len(context) <= KEEP_RECENT:
         return None, CompactResult(

@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from durable_turns.messages import Message, TextPart
+from durable_turns.messages import Message, TextPart, copied
 
 ContextProvider = Callable[[], str | Awaitable[str]]
 Summariser = Callable[[list[Message]], str | Awaitable[str]]
@@ -80,11 +80,18 @@ class Session:
         self.cached_prompt = True
         return self
 
+    def count_tokens(self, messages: list[Message]) -> int:
+        """The token counter's count. A counter given to ``compact_after`` is your code, so
+        it gets its own copies of the messages (the worker shares what it read from the
+        store); the built-in one only reads them."""
+        counter = self.token_counter
+        return counter(messages if counter is approximate_token_count else copied(messages))
+
     def needs_compaction(self, messages: list[Message]) -> bool:
         """Whether ``messages`` passed the ``compact_after`` budget (by the token counter)."""
         if self.compact_after_tokens is None:
             return False
-        return self.token_counter(messages) > self.compact_after_tokens
+        return self.count_tokens(messages) > self.compact_after_tokens
 
     async def compact(self, messages: list[Message], keep_recent: int = 4) -> list[Message] | None:
         """All but the last ``keep_recent`` messages folded into one summary message, or
@@ -93,7 +100,7 @@ class Session:
         if self.summariser is None or len(messages) <= keep_recent:
             return None
         head, tail = messages[:-keep_recent], messages[-keep_recent:]
-        value = self.summariser(head)
+        value = self.summariser(copied(head))  # its own copies, as count_tokens gives
         summary = await value if inspect.isawaitable(value) else value
         if not summary:
             return None

@@ -38,6 +38,31 @@ def messages(n: int) -> list[Message]:
     return [user_message(f"message {i} " + "w" * 100, id=f"m{i}") for i in range(n)]
 
 
+async def test_your_counter_and_summariser_get_copies_of_the_messages() -> None:
+    # the worker shares the messages it read from the store: code you hand the session
+    # gets its own copies, so changing one in place changes nothing else
+    seen: list[Message] = []
+
+    def counter(ms: list[Message]) -> int:
+        seen.extend(ms)
+        ms[0].parts.clear()
+        return 0
+
+    def summarise(old: list[Message]) -> str:
+        seen.extend(old)
+        old[0].parts.clear()
+        return "they talked"
+
+    shared = messages(6)
+    session = Session().on_compaction(summarise).compact_after(1, token_counter=counter)
+    assert not session.needs_compaction(shared)
+    assert await session.compact(shared) is not None
+    assert seen and not any(s is m for s in seen for m in shared)
+    assert shared == messages(6)
+    # the built-in counter only reads them: no copies to make
+    assert Session().count_tokens(shared) == approximate_token_count(shared)
+
+
 async def test_compaction_settings() -> None:
     folded: list[int] = []
 
