@@ -1,9 +1,13 @@
-"""The Temporal floor: bare workflows with no-op activities, in the engine's shape.
+"""The Temporal floor: bare workflows with no-op activities.
 
-``FloorConversation`` mirrors ``ConversationWorkflow`` (an update-with-start, one "open"
-activity when it starts, then one child workflow per request); ``FloorTurn`` mirrors
-``TurnWorkflow`` (its activities one after another). The activities do nothing and carry
-a few bytes, so what a floor turn costs is what Temporal itself costs for that shape.
+``FloorTurn`` alone, started by the client, is the outside floor: what a user could write
+instead of the engine (one workflow per turn, an activity per model step and per tool call).
+``FloorConversation`` is the same turns in the shape of the engine's wire contract
+(DESIGN.md §4): an update-with-start on a conversation workflow (one "open" activity when it
+starts) that runs each request as a child workflow and answers with its result. The
+activities do nothing and carry a few bytes, so what a floor turn costs is what Temporal
+itself costs for that shape. ``FloorStamp`` runs one activity that answers with the time it
+started: how long a client waits before any turn could call its model.
 
     python -m bench.floor TASK_QUEUE      a floor worker process (env TEMPORAL_ADDRESS)
 
@@ -16,6 +20,7 @@ import asyncio
 import os
 import signal
 import sys
+import time
 from collections import deque
 from datetime import timedelta
 from typing import Any
@@ -33,6 +38,12 @@ async def noop(step: int) -> int:
     return step
 
 
+@activity.defn(name="floor_stamp")
+async def stamp() -> float:
+    """When the activity started (epoch seconds; client, server and worker share a clock)."""
+    return time.time()
+
+
 @workflow.defn(name="FloorTurn")
 class FloorTurn:
     @workflow.run
@@ -42,11 +53,18 @@ class FloorTurn:
         return activities
 
 
+@workflow.defn(name="FloorStamp")
+class FloorStamp:
+    @workflow.run
+    async def run(self) -> float:
+        return await workflow.execute_activity(stamp, start_to_close_timeout=TIMEOUT)
+
+
 @workflow.defn(name="FloorConversation")
 class FloorConversation:
     def __init__(self) -> None:
-        self._queue: deque[tuple[str, int]] = deque()
-        self._done: dict[str, int] = {}
+        self._queue: deque[tuple[str, int, bool]] = deque()
+        self._done: dict[str, Any] = {}
         self._turns = 0
 
     @workflow.run
@@ -54,16 +72,25 @@ class FloorConversation:
         await workflow.execute_activity(noop, 0, start_to_close_timeout=TIMEOUT)  # "open"
         while True:
             await workflow.wait_condition(lambda: bool(self._queue))
-            request_id, activities = self._queue.popleft()
+            request_id, activities, stamped = self._queue.popleft()
             self._turns += 1
-            self._done[request_id] = await workflow.execute_child_workflow(
-                FloorTurn.run, activities, id=f"{workflow.info().workflow_id}/turn-{self._turns}"
-            )
+            turn_id = f"{workflow.info().workflow_id}/turn-{self._turns}"
+            if stamped:
+                self._done[request_id] = await workflow.execute_child_workflow(
+                    FloorStamp.run, id=turn_id
+                )
+            else:
+                self._done[request_id] = await workflow.execute_child_workflow(
+                    FloorTurn.run, activities, id=turn_id
+                )
 
     @workflow.update(name="send")
-    async def send(self, request: dict[str, Any]) -> int:
+    async def send(self, request: dict[str, Any]) -> Any:
+        """The turn's result: its activity count, or (``stamp``) when its activity started."""
         request_id = str(request["request_id"])
-        self._queue.append((request_id, int(request["activities"])))
+        self._queue.append(
+            (request_id, int(request.get("activities", 0)), bool(request.get("stamp")))
+        )
         await workflow.wait_condition(lambda: request_id in self._done)
         return self._done.pop(request_id)
 
@@ -77,7 +104,7 @@ class FloorCall:
         return await workflow.execute_activity(name, arg, start_to_close_timeout=TIMEOUT)
 
 
-WORKFLOWS = [FloorTurn, FloorConversation, FloorCall]
+WORKFLOWS = [FloorTurn, FloorStamp, FloorConversation, FloorCall]
 
 
 def floor_worker(client: Client, task_queue: str, activities: list[Any] | None = None) -> Worker:
@@ -86,7 +113,7 @@ def floor_worker(client: Client, task_queue: str, activities: list[Any] | None =
         client,
         task_queue=task_queue,
         workflows=WORKFLOWS,
-        activities=[noop, *(activities or [])],
+        activities=[noop, stamp, *(activities or [])],
         max_concurrent_activities=200,
     )
 
@@ -106,6 +133,31 @@ async def send(
         {"request_id": request_id, "activities": activities},
         start_workflow_operation=op,
         result_type=int,
+    )
+
+
+async def send_stamped(
+    client: Client, task_queue: str, conversation: str, request_id: str
+) -> float:
+    """A floor turn in the wire contract's shape whose activity answers when it started."""
+    op = WithStartWorkflowOperation(
+        FloorConversation.run,
+        id=conversation,
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+    return await client.execute_update_with_start_workflow(
+        "send",
+        {"request_id": request_id, "stamp": True},
+        start_workflow_operation=op,
+        result_type=float,
+    )
+
+
+async def bare_stamped(client: Client, task_queue: str, workflow_id: str) -> float:
+    """A bare workflow started by the client; when its one activity started."""
+    return await client.execute_workflow(
+        FloorStamp.run, id=workflow_id, task_queue=task_queue, result_type=float
     )
 
 

@@ -4,7 +4,9 @@ The peers are installed into their own virtual environment outside the repositor
 (``~/.cache/durable-turns-bench/peers-venv``, or ``$DURABLE_TURNS_BENCH_PEERS_VENV``), with
 the same temporalio as the project. One driver process of that venv (``bench/peers_run.py``)
 is the client of every system, against the same dev server, in the same run: the outside
-floor (one workflow per turn, a no-op activity per model step and per tool call), each peer,
+floor (one workflow per turn, a no-op activity per model step and per tool call), the
+contract floor (the same no-op turns in the shape of the wire contract: an update on a
+conversation workflow runs each as a child workflow and answers with its result), each peer,
 and durable-turns (next turn of a conversation, first turn of a new one, next turn by
 ``startTurn`` + the turn's result), each on a worker process of its own so its CPU is its
 own. All get the same scripted model behaviour (1 step; 5 steps = 4 tool calls; 3 steps =
@@ -115,11 +117,15 @@ TARGETS = {
     "throughput": 0.9,  # ≥ 0.9× OpenAI Agents' turns/s
 }
 OPENAI = "openai-agents"
+FLOOR_ROWS = ("floor", "contract-floor")
 ENGINE_ROWS = ("engine-next", "engine-first", "engine-start", "engine-direct")
 
 LABELS = {
     "floor": "bare Temporal: one workflow per turn, a no-op activity per model step and per"
     " tool call (the outside floor)",
+    "contract-floor": "bare Temporal in the wire contract's shape: an update on a conversation"
+    " workflow runs each turn (the same no-op activities) as a child workflow and answers with"
+    " its result (the contract floor)",
     "openai-agents": "OpenAI Agents SDK + Temporal plugin",
     "pydantic-ai": "pydantic-ai + Temporal",
     "engine-next": "durable-turns, next turn of a conversation",
@@ -131,8 +137,9 @@ LABELS = {
 CPU_NOTE = (
     "worker CPU = utime + stime of the system's own worker process (/proc/<pid>/stat) from"
     " just before a batch of sequential 1-step turns to 0.1 s after it, ÷ turns; never the"
-    " Temporal server's nor the client's (one driver process is the client of all). Floor:"
-    " `python -m bench.floor` (FloorTurn + the no-op activity). Peers: `python -m"
+    " Temporal server's nor the client's (one driver process is the client of all). Floors:"
+    " `python -m bench.floor` (FloorTurn + the no-op activity; the contract floor adds"
+    " FloorConversation, on the same worker process, measured in separate batches). Peers: `python -m"
     " bench.peer_worker` (the peer's temporalio worker with its plugin: the workflow running"
     " the agent, the model activity with the scripted model, the tool activity). durable-turns:"
     " `python worker.py` (conversation and turn workflows in the sandbox, the begin/model/tool/"
@@ -191,12 +198,16 @@ def table(result: dict[str, Any], engine_hist: dict[str, dict[str, int]]) -> str
         f" | {burst} concurrent 3-step turns |"
     )
     lines = [head, "|---|---|---|---|---|---|"]
-    for name in ["floor", *result["peers"], *ENGINE_ROWS]:
+    for name in [*FLOOR_ROWS, *result["peers"], *ENGINE_ROWS]:
         s = systems.get(name)
         if s is None:
             continue
         cells = [cell(lat(s, "1")), cell(lat(s, "5")), cell(per_step(s)), cell(cpu(s))]
-        which = {"engine-next": "existing", "engine-first": "new"}.get(name)
+        which = {
+            "engine-next": "existing",
+            "engine-first": "new",
+            "contract-floor": "existing",
+        }.get(name)
         cells.append(cell(rate(s), "rate") + (f", {which} conversations" if which else ""))
         label = LABELS[name]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
@@ -353,6 +364,58 @@ def target_rows(result: dict[str, Any]) -> list[Row]:
     return rows
 
 
+CONTRACT_NOTE = (
+    "what any implementation of the wire contract (DESIGN.md §4) pays on this server before it"
+    " does any work of its own: an update on the conversation workflow, a child workflow per"
+    " turn, the update answering with the turn's result; no-op activities, no store, no hooks."
+    " Where this ratio passes the target's, the target is below what the contract itself costs"
+)
+
+
+def contract_rows(result: dict[str, Any]) -> list[Row]:
+    """The contract floor against the OpenAI Agents SDK: what the wire contract's shape costs
+    on bare Temporal, so which targets no implementation of the contract can meet here."""
+    systems, burst = result["systems"], result["sizes"]["burst"]
+    oa, contract = systems.get(OPENAI), systems.get("contract-floor")
+    outside = systems.get("floor")
+    rows: list[Row] = []
+    oa1, c1 = lat(oa, "1"), lat(contract, "1")
+    if oa1 is not None and c1 is not None:
+        rows.append(
+            Row(
+                "6",
+                "contract floor: next turn, 1 step (bare Temporal, the wire contract's shape)",
+                ms(c1),
+                f"OpenAI Agents {ms(oa1)}; outside floor {ms(lat(outside, '1') or 0)}",
+                c1 / oa1,
+                note=CONTRACT_NOTE + f" (the next-turn target: ≤ {TARGETS['next']}×)",
+            )
+        )
+    oa_cpu, c_cpu = cpu(oa), cpu(contract)
+    if oa_cpu and c_cpu is not None:
+        rows.append(
+            Row(
+                "6",
+                "contract floor: worker CPU per 1-step turn",
+                ms(c_cpu),
+                f"OpenAI Agents {ms(oa_cpu)}; outside floor {ms(cpu(outside) or 0)}",
+                c_cpu / oa_cpu,
+            )
+        )
+    oa_rate, c_rate = rate(oa), rate(contract)
+    if oa_rate and c_rate is not None:
+        rows.append(
+            Row(
+                "6",
+                f"contract floor: {burst} concurrent 3-step turns, existing conversations",
+                f"{c_rate:.1f} turns/s",
+                f"OpenAI Agents {oa_rate:.1f} turns/s; outside floor {rate(outside) or 0:.1f}",
+                c_rate / oa_rate,
+            )
+        )
+    return rows
+
+
 def peer_rows(result: dict[str, Any], engine_hist: dict[str, dict[str, int]]) -> list[Row]:
     """Per peer: its latency against durable-turns' next turn (alternating), history bytes."""
     systems, rows = result["systems"], []
@@ -432,7 +495,7 @@ async def run(b: Bench) -> tuple[list[Row], dict[str, Any]]:
         for key in ("error", "throughput_error"):
             if key in s and name not in PEERS:
                 rows.append(Row("6", f"{LABELS[name]}: failed", "—", note=s[key]))
-    rows += target_rows(result) + peer_rows(result, engine_hist)
+    rows += target_rows(result) + contract_rows(result) + peer_rows(result, engine_hist)
     raw: dict[str, Any] = {"engine_history": engine_hist, **result}
     raw["table_md"] = table(result, engine_hist)
     return rows, raw

@@ -6,8 +6,10 @@
 Every system gets a worker process of its own, so its CPU (``/proc/<pid>/stat``) is its own:
 the outside floor (``bench.floor``, one ``FloorTurn`` workflow per turn running no-op
 activities in place of the model steps and tool calls), each peer (``bench.peer_worker``)
-and the engine (``worker.py``, started with the project's interpreter). This process is
-only the client of all of them. Engine turns go over the wire contract only (plain
+and the engine (``worker.py``, started with the project's interpreter). The contract floor
+runs the same no-op turns in the shape of the wire contract (an update on a conversation
+workflow runs each turn as a child and answers with its result) on the floor's worker. This
+process is only the client of all of them. Engine turns go over the wire contract only (plain
 temporalio ``Client``, JSON dicts, update-with-start on ``ConversationWorkflow``), as any
 Temporal client would send them.
 
@@ -59,6 +61,9 @@ from bench.common import (
 
 MODULES = {"pydantic-ai": "bench.peer_pydantic_ai", "openai-agents": "bench.peer_openai_agents"}
 PROMPT = "steps={steps} What is the weather in Oslo?"
+FLOOR_SYSTEMS = ("floor", "contract-floor")
+"""The outside floor (a bare workflow per turn) and the contract floor (the same turns as
+children of a conversation workflow's update): one floor worker process serves both."""
 ENGINE_SYSTEMS = ("engine-next", "engine-first", "engine-start", "engine-direct")
 """The engine's rows: next turn (sendMessage on a warm conversation), first turn (sendMessage
 creating a new conversation), next turn by startTurn + the turn workflow's result, and a
@@ -304,6 +309,18 @@ class Driver:
         wid = f"floor-{self.tag}-{uuid.uuid4().hex[:12]}"
         assert await floor.bare(self.client, system.queue, wid, activities) == activities
 
+    async def contract_floor_turn(
+        self, system: System, steps: int, conversation: str | None = None
+    ) -> None:
+        """The floor's turn through a warm conversation's update: one conversation per turn
+        size (``conversation`` overrides it), as the engine's next turn."""
+        assert self.client is not None
+        activities = 2 * steps - 1
+        conversation = conversation or f"contract-floor-{self.tag}-{steps}"
+        request_id = uuid.uuid4().hex
+        result = await floor.send(self.client, system.queue, conversation, request_id, activities)
+        assert result == activities, result
+
     async def peer_turn(self, system: System, steps: int) -> None:
         module, client = self.modules[system.kind], self.clients[system.kind]
         wid = f"{system.kind}-{self.tag}-{uuid.uuid4().hex[:12]}"
@@ -330,6 +347,8 @@ class Driver:
     def system(self, name: str) -> System:
         if name == "floor":
             return System(name, "floor", turn=self.floor_turn)
+        if name == "contract-floor":
+            return System(name, "floor", turn=self.contract_floor_turn)
         if name in MODULES:
             return System(name, name, turn=self.peer_turn)
         return System(name, "engine", turn=self.engine_turn)
@@ -337,13 +356,17 @@ class Driver:
     # --- the measurements ----------------------------------------------------------------------
 
     async def latency_and_cpu(self) -> dict[str, System]:
-        """One worker process per system; the engine's four rows share one."""
+        """One worker process per kind of system: the floors share one, the engine's four
+        rows another (each row's CPU is measured in batches of its own)."""
         a = self.args
-        systems = [self.system(n) for n in ["floor", *self.peers, *ENGINE_SYSTEMS]]
-        engine = [s for s in systems if s.kind == "engine"]
-        await self.start_workers("lat", [s for s in systems if s not in engine[1:]])
-        for s in engine[1:]:
-            s.worker, s.queue, s.error = engine[0].worker, engine[0].queue, engine[0].error
+        systems = [self.system(n) for n in [*FLOOR_SYSTEMS, *self.peers, *ENGINE_SYSTEMS]]
+        first: dict[str, System] = {}
+        for s in systems:
+            first.setdefault(s.kind, s)
+        await self.start_workers("lat", list(first.values()))
+        for s in systems:
+            served = first[s.kind]
+            s.worker, s.queue, s.error = served.worker, served.queue, served.error
         try:
             for steps in (1, 5):
                 for i in range(a.warmup + a.samples):
@@ -369,16 +392,21 @@ class Driver:
     async def throughput(self) -> dict[str, System]:
         """N concurrent 3-step turns per system, each on a fresh worker process of its own."""
         a = self.args
-        names = ["floor", *self.peers, "engine-first", "engine-next"]
+        names = [*FLOOR_SYSTEMS, *self.peers, "engine-first", "engine-next"]
         systems = [self.system(n) for n in names]
         await self.start_workers("tp", systems)
-        existing = [f"existing-{self.tag}-{i}" for i in range(a.burst)]
+        existing = {
+            name: [f"existing-{name}-{self.tag}-{i}" for i in range(a.burst)]
+            for name in ("engine-next", "contract-floor")
+        }
 
         def one(system: System) -> Callable[[int], Awaitable[None]]:
             async def turn(i: int) -> None:
                 assert system.turn is not None
                 if system.name == "engine-next":
-                    await self.engine_turn(system, 3, existing[i])
+                    await self.engine_turn(system, 3, existing[system.name][i])
+                elif system.name == "contract-floor":
+                    await self.contract_floor_turn(system, 3, existing[system.name][i])
                 else:
                     await system.turn(system, 3)
 
@@ -388,7 +416,7 @@ class Driver:
             for system in systems:  # warm up the workers; the existing conversations' first turn
                 if not system.error and system.worker is not None:
                     warm = await burst(
-                        a.burst if system.name == "engine-next" else 5,
+                        a.burst if system.name in existing else 5,
                         one(system),
                         system.worker.pid,
                     )
@@ -449,7 +477,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     systems: dict[str, Any] = {}
     for name, s in latency.items():
         systems[name] = s.summary()
-    for name, s in throughput.items():  # engine-first: new conversations; -next: existing
+    for name, s in throughput.items():  # engine-first: new conversations; -next, contract: existing
         entry, tp = systems.setdefault(name, {}), s.summary()
         entry["throughput"] = tp.get("throughput")
         entry["throughput_worker_peak_rss_mib"] = tp.get("worker_peak_rss_mib")

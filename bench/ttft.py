@@ -11,7 +11,13 @@ chunk stream) points its ``anthropic:`` provider at the same server. Rounds inte
   ``chunks`` → the first ``text-delta`` (the path ``turns chat`` takes);
 * **first turn**: the same on a new conversation (its workflow starts too);
 * **warm turn, polling path**: ``submit`` + ``turn_number`` (which polls ``state``) +
-  ``chunks``: the path before ``startTurn``, for comparison.
+  ``chunks``: the path before ``startTurn``, for comparison;
+* **the floors** (``bench.floor``, bare workflows on a worker process of their own): how long
+  a client waits until an activity starts, where a turn's first model call would begin. The
+  outside floor is a workflow the client starts itself; the contract floor is the same turn
+  in the shape of the wire contract (an update on a warm conversation workflow runs it as a
+  child). Adding the direct call's own time to first token gives each floor's first token,
+  a lower bound: relaying the token to the client is not counted.
 
 Each warm and first turn is then laid out on one clock from its two histories (the
 conversation's and the turn's) and the client's own marks: when the conversation accepted
@@ -40,6 +46,7 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 
+from bench import floor
 from bench.common import (
     Row,
     code_version,
@@ -51,6 +58,7 @@ from bench.common import (
     now_iso,
     render_text,
     start_engine_worker,
+    start_floor_worker,
     temporal_server,
     versions,
     write_results,
@@ -82,6 +90,21 @@ PHASES = (
 ``start`` answers on a branch of its own (``start_answered``), while the turn goes on."""
 
 E = EventType
+
+FLOORS = (
+    (
+        "floor",
+        "outside floor: a workflow the client starts, its activity calling the model",
+        "a bare workflow started by the client (bench.floor)",
+    ),
+    (
+        "contract",
+        "contract floor: the same as a child of a conversation's update",
+        "an update on a warm bare conversation workflow runs it as a child workflow, the wire"
+        " contract's shape (bench.floor)",
+    ),
+)
+"""Where a turn's first token could come from at the earliest, measured on bare workflows."""
 
 
 async def turn_costs(client: Any, conversation: str, workflow_id: str, since: float) -> Any:
@@ -187,6 +210,8 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
             ANTHROPIC_API_KEY="bench-key",
             TURNS_MODEL=f"anthropic:{MODEL}",
         )
+        floor_queue = f"ttft-floor-{uuid.uuid4().hex[:6]}"
+        floor_worker = await asyncio.to_thread(start_floor_worker, address, floor_queue, tmp)
         client = await Client.connect(address, data_converter=data_converter_from_env())
         turns = TurnsClient(client, queue, stream_url=f"sqlite:///{tmp / 'data' / 'chunks.db'}")
         sdk = anthropic.AsyncAnthropic(base_url=llm.base_url, api_key="bench-key", max_retries=0)
@@ -221,12 +246,30 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
             timelines[kind].append({k: v - wall for k, v in marks.items()})
             return took
 
+        floor_conversation = f"floor-{uuid.uuid4().hex[:6]}"
+        await floor.send_stamped(client, floor_queue, floor_conversation, "warm")
+
+        async def floor_outside() -> float:
+            """Seconds from the client's start to the activity's start: a bare workflow."""
+            wall = time.time()
+            started = await floor.bare_stamped(client, floor_queue, f"floor-{uuid.uuid4().hex}")
+            return started - wall
+
+        async def floor_contract() -> float:
+            """The same through an update on the warm floor conversation (a child workflow)."""
+            wall = time.time()
+            request = uuid.uuid4().hex
+            started = await floor.send_stamped(client, floor_queue, floor_conversation, request)
+            return started - wall
+
         async def engine_polled() -> None:
             request_id = await turns.submit(polled, "hi")
             number = await turns.turn_number(polled, request_id)
             await first_text(turns.chunks(polled, number))
 
-        samples: dict[str, list[float]] = {k: [] for k in ("direct", "warm", "first", "polled")}
+        samples: dict[str, list[float]] = {
+            k: [] for k in ("direct", "warm", "first", "polled", "floor", "contract")
+        }
         warmup = 2
         try:
             for i in range(warmup + rounds):
@@ -235,6 +278,8 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
                     "warm": await engine(warm, "warm"),
                     "first": await engine(f"first-{uuid.uuid4().hex[:8]}", "first"),
                     "polled": await timed(engine_polled),
+                    "floor": await floor_outside(),
+                    "contract": await floor_contract(),
                 }
                 await turns.wait(polled, (await turns.state(polled)).recent[-1].request_id)
                 if i >= warmup:
@@ -244,15 +289,16 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
             await sdk.close()
             await turns.aclose()
             worker.stop()
+            floor_worker.stop()
             llm.stop()
-    floor = median(samples["direct"])
-    rows = [Row("ttft", "direct SDK call: first text delta", ms(floor), "the floor")]
+    direct_s = median(samples["direct"])
+    rows = [Row("ttft", "direct SDK call: first text delta", ms(direct_s), "the floor")]
     for key, label, target in (
         ("warm", "warm turn (start → chunks)", TARGET_WARM_MS),
         ("first", "first turn of a new conversation", TARGET_FIRST_MS),
         ("polled", "warm turn, submit + turn_number polling (before startTurn)", None),
     ):
-        added = (median(samples[key]) - floor) * 1000
+        added = (median(samples[key]) - direct_s) * 1000
         met = "" if target is None else ("met" if added <= target else "MISSED")
         rows.append(
             Row(
@@ -263,6 +309,22 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
                 None,
                 f"≤ +{target:.0f} ms" if target is not None else "",
                 met,
+            )
+        )
+    for key, label, what in FLOORS:
+        start = median(samples[key])
+        rows.append(
+            Row(
+                "ttft",
+                label,
+                ms(start + direct_s),
+                f"+{start * 1000:.1f} ms over the direct call",
+                None,
+                "",
+                "",
+                note=f"{what}: its activity started {ms(start)} after the client's call; plus"
+                f" the direct call's {ms(direct_s)} to the first token (a lower bound: the token's"
+                " way back to the client is not counted)",
             )
         )
     for kind, turn in (("warm", "warm turn"), ("first", "first turn")):
