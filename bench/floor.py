@@ -68,8 +68,12 @@ class FloorConversation:
         self._turns = 0
 
     @workflow.run
-    async def run(self) -> None:
-        await workflow.execute_activity(noop, 0, start_to_close_timeout=TIMEOUT)  # "open"
+    async def run(self, opened: bool = True) -> None:
+        """``opened``: run an "open" activity first, as the engine reads its turn count from
+        the store (sections 1 and 3); the contract floor (section 6, ``bench.ttft``) has no
+        store to open."""
+        if opened:
+            await workflow.execute_activity(noop, 0, start_to_close_timeout=TIMEOUT)
         while True:
             await workflow.wait_condition(lambda: bool(self._queue))
             request_id, activities, stamped = self._queue.popleft()
@@ -119,11 +123,18 @@ def floor_worker(client: Client, task_queue: str, activities: list[Any] | None =
 
 
 async def send(
-    client: Client, task_queue: str, conversation: str, request_id: str, activities: int
+    client: Client,
+    task_queue: str,
+    conversation: str,
+    request_id: str,
+    activities: int,
+    opened: bool = True,
 ) -> int:
-    """One floor turn: the same client call as ``TurnsClient.send`` (update-with-start)."""
+    """One floor turn: the same client call as ``TurnsClient.send`` (update-with-start); a
+    new conversation runs its "open" activity first unless ``opened`` is False."""
     op = WithStartWorkflowOperation(
         FloorConversation.run,
+        opened,
         id=conversation,
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -139,9 +150,11 @@ async def send(
 async def send_stamped(
     client: Client, task_queue: str, conversation: str, request_id: str
 ) -> float:
-    """A floor turn in the wire contract's shape whose activity answers when it started."""
+    """A floor turn in the wire contract's shape whose activity answers when it started (a
+    new conversation starts without the "open" activity: the contract floor has no store)."""
     op = WithStartWorkflowOperation(
         FloorConversation.run,
+        False,
         id=conversation,
         task_queue=task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

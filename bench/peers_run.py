@@ -61,9 +61,10 @@ from bench.common import (
 
 MODULES = {"pydantic-ai": "bench.peer_pydantic_ai", "openai-agents": "bench.peer_openai_agents"}
 PROMPT = "steps={steps} What is the weather in Oslo?"
-FLOOR_SYSTEMS = ("floor", "contract-floor")
+FLOOR_SYSTEMS = ("floor", "contract-floor", "contract-floor-first")
 """The outside floor (a bare workflow per turn) and the contract floor (the same turns as
-children of a conversation workflow's update): one floor worker process serves both."""
+children of a conversation workflow's update; next turns of a warm conversation, and first
+turns of new ones): one floor worker process serves them all."""
 ENGINE_SYSTEMS = ("engine-next", "engine-first", "engine-start", "engine-direct")
 """The engine's rows: next turn (sendMessage on a warm conversation), first turn (sendMessage
 creating a new conversation), next turn by startTurn + the turn workflow's result, and a
@@ -312,13 +313,21 @@ class Driver:
     async def contract_floor_turn(
         self, system: System, steps: int, conversation: str | None = None
     ) -> None:
-        """The floor's turn through a warm conversation's update: one conversation per turn
-        size (``conversation`` overrides it), as the engine's next turn."""
+        """The floor's turn through a conversation's update: as the engine's, a warm one per
+        turn size for next turns, a new one each time for first turns (``conversation``
+        overrides it). A new floor conversation has no store to open."""
         assert self.client is not None
         activities = 2 * steps - 1
-        conversation = conversation or f"contract-floor-{self.tag}-{steps}"
+        if conversation is None:
+            conversation = (
+                f"contract-first-{self.tag}-{uuid.uuid4().hex[:12]}"
+                if system.name == "contract-floor-first"
+                else f"contract-floor-{self.tag}-{steps}"
+            )
         request_id = uuid.uuid4().hex
-        result = await floor.send(self.client, system.queue, conversation, request_id, activities)
+        result = await floor.send(
+            self.client, system.queue, conversation, request_id, activities, opened=False
+        )
         assert result == activities, result
 
     async def peer_turn(self, system: System, steps: int) -> None:
@@ -347,7 +356,7 @@ class Driver:
     def system(self, name: str) -> System:
         if name == "floor":
             return System(name, "floor", turn=self.floor_turn)
-        if name == "contract-floor":
+        if name in ("contract-floor", "contract-floor-first"):
             return System(name, "floor", turn=self.contract_floor_turn)
         if name in MODULES:
             return System(name, name, turn=self.peer_turn)

@@ -15,8 +15,8 @@ chunk stream) points its ``anthropic:`` provider at the same server. Rounds inte
 * **the floors** (``bench.floor``, bare workflows on a worker process of their own): how long
   a client waits until an activity starts, where a turn's first model call would begin. The
   outside floor is a workflow the client starts itself; the contract floor is the same turn
-  in the shape of the wire contract (an update on a warm conversation workflow runs it as a
-  child). Adding the direct call's own time to first token gives each floor's first token,
+  in the shape of the wire contract (an update on a conversation workflow runs it as a
+  child), on a warm conversation and on a new one. Adding the direct call's own time to first token gives each floor's first token,
   a lower bound: relaying the token to the client is not counted.
 
 Each warm and first turn is then laid out on one clock from its two histories (the
@@ -102,6 +102,12 @@ FLOORS = (
         "contract floor: the same as a child of a conversation's update",
         "an update on a warm bare conversation workflow runs it as a child workflow, the wire"
         " contract's shape (bench.floor)",
+    ),
+    (
+        "contract_first",
+        "contract floor, first turn: the same on a new conversation",
+        "an update-with-start creates a bare conversation workflow, which runs it as a child"
+        " workflow (bench.floor)",
     ),
 )
 """Where a turn's first token could come from at the earliest, measured on bare workflows."""
@@ -255,11 +261,11 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
             started = await floor.bare_stamped(client, floor_queue, f"floor-{uuid.uuid4().hex}")
             return started - wall
 
-        async def floor_contract() -> float:
-            """The same through an update on the warm floor conversation (a child workflow)."""
+        async def floor_contract(conversation: str) -> float:
+            """The same through an update on a floor conversation (a child workflow)."""
             wall = time.time()
             request = uuid.uuid4().hex
-            started = await floor.send_stamped(client, floor_queue, floor_conversation, request)
+            started = await floor.send_stamped(client, floor_queue, conversation, request)
             return started - wall
 
         async def engine_polled() -> None:
@@ -268,7 +274,8 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
             await first_text(turns.chunks(polled, number))
 
         samples: dict[str, list[float]] = {
-            k: [] for k in ("direct", "warm", "first", "polled", "floor", "contract")
+            k: []
+            for k in ("direct", "warm", "first", "polled", "floor", "contract", "contract_first")
         }
         warmup = 2
         try:
@@ -279,7 +286,8 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
                     "first": await engine(f"first-{uuid.uuid4().hex[:8]}", "first"),
                     "polled": await timed(engine_polled),
                     "floor": await floor_outside(),
-                    "contract": await floor_contract(),
+                    "contract": await floor_contract(floor_conversation),
+                    "contract_first": await floor_contract(f"floor-{uuid.uuid4().hex[:8]}"),
                 }
                 await turns.wait(polled, (await turns.state(polled)).recent[-1].request_id)
                 if i >= warmup:
