@@ -3,8 +3,9 @@
 ``FloorTurn`` alone, started by the client, is the outside floor: what a user could write
 instead of the engine (one workflow per turn, an activity per model step and per tool call).
 ``FloorConversation`` is the same turns in the shape of the engine's wire contract
-(DESIGN.md §4): an update-with-start on a conversation workflow (one "open" activity when it
-starts) that runs each request as a child workflow and answers with its result. The
+(DESIGN.md §4): an update-with-start on a conversation workflow (with an "open" activity when
+it starts, as the engine's, or without: the contract floor) that runs each request as a child
+workflow and answers with its result. The
 activities do nothing and carry a few bytes, so what a floor turn costs is what Temporal
 itself costs for that shape. ``FloorStamp`` runs one activity that answers with the time it
 started: how long a client waits before any turn could call its model.
@@ -122,6 +123,22 @@ def floor_worker(client: Client, task_queue: str, activities: list[Any] | None =
     )
 
 
+async def _send(
+    client: Client, task_queue: str, conversation: str, request: dict[str, Any], opened: bool
+) -> Any:
+    """An update-with-start of ``send`` on the floor conversation ``conversation``."""
+    op = WithStartWorkflowOperation(
+        FloorConversation.run,
+        opened,
+        id=conversation,
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+    return await client.execute_update_with_start_workflow(
+        "send", request, start_workflow_operation=op
+    )
+
+
 async def send(
     client: Client,
     task_queue: str,
@@ -132,19 +149,8 @@ async def send(
 ) -> int:
     """One floor turn: the same client call as ``TurnsClient.send`` (update-with-start); a
     new conversation runs its "open" activity first unless ``opened`` is False."""
-    op = WithStartWorkflowOperation(
-        FloorConversation.run,
-        opened,
-        id=conversation,
-        task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-    )
-    return await client.execute_update_with_start_workflow(
-        "send",
-        {"request_id": request_id, "activities": activities},
-        start_workflow_operation=op,
-        result_type=int,
-    )
+    request = {"request_id": request_id, "activities": activities}
+    return int(await _send(client, task_queue, conversation, request, opened))
 
 
 async def send_stamped(
@@ -152,26 +158,13 @@ async def send_stamped(
 ) -> float:
     """A floor turn in the wire contract's shape whose activity answers when it started (a
     new conversation starts without the "open" activity: the contract floor has no store)."""
-    op = WithStartWorkflowOperation(
-        FloorConversation.run,
-        False,
-        id=conversation,
-        task_queue=task_queue,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-    )
-    return await client.execute_update_with_start_workflow(
-        "send",
-        {"request_id": request_id, "stamp": True},
-        start_workflow_operation=op,
-        result_type=float,
-    )
+    request = {"request_id": request_id, "stamp": True}
+    return float(await _send(client, task_queue, conversation, request, opened=False))
 
 
 async def bare_stamped(client: Client, task_queue: str, workflow_id: str) -> float:
     """A bare workflow started by the client; when its one activity started."""
-    return await client.execute_workflow(
-        FloorStamp.run, id=workflow_id, task_queue=task_queue, result_type=float
-    )
+    return await client.execute_workflow(FloorStamp.run, id=workflow_id, task_queue=task_queue)
 
 
 async def bare(client: Client, task_queue: str, workflow_id: str, activities: int) -> int:

@@ -1,4 +1,5 @@
-"""The lean sandbox runner answers every payload's serialization context as the stock one does.
+"""The lean sandbox runner answers every payload's serialization context as the stock one does,
+and runs the sandbox's own snippets compiled once.
 
 ``durable_turns.sandbox.LeanSandboxedWorkflowRunner`` asks the sandboxed workflow for each
 payload's context directly instead of through an ``exec`` in the sandbox. A codec that is
@@ -13,8 +14,10 @@ import dataclasses
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
+from types import CodeType
 from typing import Any
 
+import pytest
 from temporalio import activity, workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
@@ -28,6 +31,7 @@ from temporalio.converter import (
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
+from durable_turns import sandbox
 from durable_turns.sandbox import LeanSandboxedWorkflowRunner, sandbox_runner
 
 
@@ -134,3 +138,34 @@ async def test_lean_runner_gives_codecs_the_stock_contexts(client: Client) -> No
 def test_the_worker_uses_the_lean_runner() -> None:
     runner: Any = sandbox_runner()
     assert isinstance(runner, LeanSandboxedWorkflowRunner)
+
+
+async def test_lean_runner_runs_each_snippet_compiled_once(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stock sandbox ``exec``s a few lines of source to enter itself (the workflow's import,
+    then each activation); the lean runner hands it code compiled once per process."""
+    given: list[object] = []
+    stock = sandbox._StockInstance._run_code
+
+    def recording(self: Any, code: Any, **extra: Any) -> None:
+        given.append(code)
+        stock(self, code, **extra)
+
+    monkeypatch.setattr(sandbox._StockInstance, "_run_code", recording)
+    await run_once(client, LeanSandboxedWorkflowRunner(), "compiled-a")
+    first = len(given)
+    await run_once(client, LeanSandboxedWorkflowRunner(), "compiled-b")
+    assert first and len(given) > first
+    assert all(isinstance(code, CodeType) for code in given), given
+    # the second run's snippets are the very code objects compiled for the first
+    assert {id(c) for c in given[first:]} <= {id(c) for c in given[:first]}
+
+
+def test_compiled_snippets_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sandbox, "_COMPILED", {})
+    monkeypatch.setattr(sandbox, "MAX_COMPILED", 1)
+    once = sandbox.compiled("x = 1")
+    assert isinstance(once, CodeType) and sandbox.compiled("x = 1") is once
+    assert sandbox.compiled("y = 2") == "y = 2"  # past the bound: compiled by exec again
+    assert sandbox.compiled(once) is once
