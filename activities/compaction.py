@@ -9,11 +9,9 @@ or by default a model call to the turn's model.
 
 from __future__ import annotations
 
-from typing import Any
-
 from durable_turns.contract import CompactResult
 from durable_turns.hooks.session import Session
-from durable_turns.messages import Message, TextDelta, TextPart, copied, user_message
+from durable_turns.messages import Message, TextDelta, TextPart, user_message
 from durable_turns.models import ModelRegistry, ModelRequest
 
 SUMMARY_PROMPT = (
@@ -45,8 +43,7 @@ async def summarise(
 ) -> str:
     """The session's summariser, or the turn's model asked for a summary."""
     if session.summariser is not None:
-        value: Any = session.summariser(copied(head))  # its own copies: the worker's are shared
-        return str(await value if hasattr(value, "__await__") else value or "")
+        return await session.summarise(head)
     provider, name = models.resolve(model)
     transcript = "\n\n".join(f"{m.role}: {m.text}" for m in head if m.text)
     request = ModelRequest(

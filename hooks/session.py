@@ -93,6 +93,15 @@ class Session:
             return False
         return self.count_tokens(messages) > self.compact_after_tokens
 
+    async def summarise(self, head: list[Message]) -> str:
+        """The summariser's text for ``head``, "" without a summariser or when it gave
+        nothing. It is your code, so it gets its own copies, as ``count_tokens`` gives."""
+        if self.summariser is None:
+            return ""
+        value = self.summariser(copied(head))
+        summary = await value if inspect.isawaitable(value) else value
+        return str(summary or "")
+
     async def compact(self, messages: list[Message], keep_recent: int = 4) -> list[Message] | None:
         """All but the last ``keep_recent`` messages folded into one summary message, or
         None when there is no summariser, nothing to fold, or the summariser gave nothing
@@ -100,8 +109,7 @@ class Session:
         if self.summariser is None or len(messages) <= keep_recent:
             return None
         head, tail = messages[:-keep_recent], messages[-keep_recent:]
-        value = self.summariser(copied(head))  # its own copies, as count_tokens gives
-        summary = await value if inspect.isawaitable(value) else value
+        summary = await self.summarise(head)
         if not summary:
             return None
         folded = Message(

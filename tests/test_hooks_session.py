@@ -88,3 +88,15 @@ async def test_compaction_settings() -> None:
     assert default.token_counter is approximate_token_count and default.needs_compaction(
         messages(2)
     )
+
+
+async def test_a_summariser_that_gives_nothing_folds_nothing() -> None:
+    # one place runs your summariser for both the session's compact and the engine's
+    # compaction: an async one that returns None is no summary, not the text "None"
+    async def nothing(old: list[Message]) -> None:
+        return None
+
+    session = Session().on_compaction(nothing)  # type: ignore[arg-type]
+    assert await session.summarise(messages(6)) == ""
+    assert await session.compact(messages(6)) is None
+    assert await Session().summarise(messages(6)) == ""  # no summariser
