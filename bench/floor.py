@@ -5,10 +5,10 @@ instead of the engine (one workflow per turn, an activity per model step and per
 ``FloorConversation`` is the same turns in the shape of the engine's wire contract
 (DESIGN.md §4): an update-with-start on a conversation workflow (with an "open" activity when
 it starts, as the engine's, or without: the contract floor) that runs each request as a child
-workflow and answers with its result. The
-activities do nothing and carry a few bytes, so what a floor turn costs is what Temporal
-itself costs for that shape. ``FloorStamp`` runs one activity that answers with the time it
-started: how long a client waits before any turn could call its model.
+workflow and answers with its result. The activities do nothing and carry a few bytes, so
+what a floor turn costs is what Temporal itself costs for that shape. ``FloorStamp`` runs one
+activity that answers with the time it started: how long a client waits before any turn
+could call its model.
 
     python -m bench.floor TASK_QUEUE      a floor worker process (env TEMPORAL_ADDRESS)
 

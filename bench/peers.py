@@ -126,8 +126,8 @@ LABELS = {
     "contract-floor": "bare Temporal in the wire contract's shape: an update on a conversation"
     " workflow runs each turn (the same no-op activities) as a child workflow and answers with"
     " its result (the contract floor)",
-    "contract-floor-first": "the contract floor, first turn of a new conversation (update-with-start"
-    " starts the conversation workflow; no store to open)",
+    "contract-floor-first": "the contract floor, first turn of a new conversation"
+    " (update-with-start starts the conversation workflow; no store to open)",
     "openai-agents": "OpenAI Agents SDK + Temporal plugin",
     "pydantic-ai": "pydantic-ai + Temporal",
     "engine-next": "durable-turns, next turn of a conversation",
@@ -141,9 +141,10 @@ CPU_NOTE = (
     " just before a batch of sequential 1-step turns to 0.1 s after it, ÷ turns; never the"
     " Temporal server's nor the client's (one driver process is the client of all). Floors:"
     " `python -m bench.floor` (FloorTurn + the no-op activity; the contract floor adds"
-    " FloorConversation, on the same worker process, measured in separate batches). Peers: `python -m"
-    " bench.peer_worker` (the peer's temporalio worker with its plugin: the workflow running"
-    " the agent, the model activity with the scripted model, the tool activity). durable-turns:"
+    " FloorConversation, on the same worker process, measured in separate batches). Peers:"
+    " `python -m bench.peer_worker` (the peer's temporalio worker with its plugin: the workflow"
+    " running the agent, the model activity with the scripted model, the tool activity)."
+    " durable-turns:"
     " `python worker.py` (conversation and turn workflows in the sandbox, the begin/model/tool/"
     "finish activities, the SQLite transcript store, the live chunk stream); its four rows"
     " share one worker process, measured in separate batches"

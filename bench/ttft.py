@@ -16,8 +16,9 @@ chunk stream) points its ``anthropic:`` provider at the same server. Rounds inte
   a client waits until an activity starts, where a turn's first model call would begin. The
   outside floor is a workflow the client starts itself; the contract floor is the same turn
   in the shape of the wire contract (an update on a conversation workflow runs it as a
-  child), on a warm conversation and on a new one. Adding the direct call's own time to first token gives each floor's first token,
-  a lower bound: relaying the token to the client is not counted.
+  child), on a warm conversation and on a new one. Adding the direct call's own time to
+  first token gives each floor's first token, a lower bound: relaying the token to the
+  client is not counted.
 
 Each warm and first turn is then laid out on one clock from its two histories (the
 conversation's and the turn's) and the client's own marks: when the conversation accepted
