@@ -73,16 +73,26 @@ def assistant_message(
     parts = assistant_parts(steps, results)
     if not send_reasoning:
         parts = [p for p in parts if not isinstance(p, ReasoningPart)]
+    metadata: dict[str, Any] = {
+        "turn_number": turn.turn_number,
+        "request_id": turn.request_id,
+        "continuation": turn.continuation,
+        "status": status,
+    }
+    # What the parts do not hold, for clients that show it (the browser front door):
+    # each step's sources (citations), and the user's decision on calls needing approval.
+    sources = {
+        str(i): [s.model_dump(mode="json", exclude={"type"}) for s in step.sources]
+        for i, step in enumerate(steps)
+        if step.sources
+    }
+    if sources:
+        metadata["sources"] = sources
+    approvals = {k: r.approval for k, r in results.items() if r.approval is not None}
+    if approvals:
+        metadata["approvals"] = approvals
     return Message(
-        id=assistant_message_id(turn.turn_id),
-        role="assistant",
-        parts=parts,
-        metadata={
-            "turn_number": turn.turn_number,
-            "request_id": turn.request_id,
-            "continuation": turn.continuation,
-            "status": status,
-        },
+        id=assistant_message_id(turn.turn_id), role="assistant", parts=parts, metadata=metadata
     )
 
 

@@ -7,6 +7,8 @@ what the caller sees; chat_response calls on_chat_response after the turn lock i
 
 from __future__ import annotations
 
+from typing import Any
+
 from temporalio import activity
 
 from durable_turns import pricing
@@ -43,6 +45,7 @@ class FinishActivities:
         """on_step_finish(last) → check structured output → persist the assistant message."""
         state = await self.deps.turn_state(inp.turn)
         turn, steps, results = state.turn, state.steps, state.results
+        after = turn.turn_number + 1 if inp.auto_continue else None
         if steps and inp.status == "completed":
             last = ctx_build.step_result(steps[-1], results, turn)
             async with keep_alive(self.deps.beat_every):
@@ -53,9 +56,9 @@ class FinishActivities:
                 if problem:
                     error = ErrorInfo(type=OUTPUT_ERROR, message=problem, stage="stream")
                     return await self._failed(turn, steps, results, error, messages_persisted=True)
-                result = await self._close(turn, steps, results, inp.status, inp.error)
+                result = await self._close(turn, steps, results, inp.status, inp.error, after)
                 return result.model_copy(update={"output": parse_output(last.text)})
-        return await self._close(turn, steps, results, inp.status, inp.error)
+        return await self._close(turn, steps, results, inp.status, inp.error, after)
 
     @activity.defn(name=FAIL_TURN)
     async def fail_turn(self, inp: FailTurnInput) -> TurnResult:
@@ -112,9 +115,10 @@ class FinishActivities:
         results: dict[str, ToolResultRecord],
         status: str,
         error: ErrorInfo | None,
+        continued_by: int | None = None,
     ) -> TurnResult:
         message = await self._persist(turn, steps, results, status)
-        return await self._result(turn, steps, message, status, error)
+        return await self._result(turn, steps, message, status, error, continued_by)
 
     async def _persist(
         self,
@@ -138,6 +142,7 @@ class FinishActivities:
         message: Message,
         status: str,
         error: ErrorInfo | None,
+        continued_by: int | None = None,
     ) -> TurnResult:
         turn.status = status
         turn.error = error.model_dump() if error else None
@@ -145,9 +150,13 @@ class FinishActivities:
         text, truncated = _preview(ctx_build.message_text(message))
         async with self.deps.publisher(turn.turn_id, None) as publisher:
             if publisher is not None:
-                await publisher.turn_finish(
-                    status, {"text": text, "error": error.model_dump() if error else None}
-                )
+                data: dict[str, Any] = {
+                    "text": text,
+                    "error": error.model_dump() if error else None,
+                }
+                if continued_by is not None:  # the reply goes on in that turn's stream
+                    data["continued_by_turn"] = continued_by
+                await publisher.turn_finish(status, data)
         return TurnResult(
             request_id=turn.request_id,
             conversation_id=turn.conversation_id,

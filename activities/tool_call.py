@@ -24,6 +24,7 @@ from durable_turns.contract import (
     TOOL_OUTPUT_TOO_LARGE,
     ToolCallInput,
     ToolOutcome,
+    ToolResolution,
 )
 from durable_turns.hooks.types import ToolCallContext, ToolCallResultContext
 from durable_turns.messages import ToolCallPart, ToolResultChunk, copied
@@ -63,6 +64,16 @@ class ToolCallActivities:
                 inp.resolution,
             )
             if run.pending:  # recorded nowhere: the turn waits for the client, then asks again
+                async with self.deps.publisher(ref.turn_id, inp.step) as publisher:
+                    if publisher is not None:  # readers learn what the turn waits on
+                        await publisher.tool_wait(
+                            {
+                                "tool_call_id": call.tool_call_id,
+                                "tool_name": call.tool_name,
+                                "waiting_for": run.pending,
+                                "input": call.input,
+                            }
+                        )
                 return ToolOutcome(
                     tool_call_id=call.tool_call_id,
                     tool_name=call.tool_name,
@@ -105,6 +116,7 @@ class ToolCallActivities:
             is_error=run.is_error,
             blocked=run.blocked,
             duration_ms=duration_ms,
+            approval=_approval(inp.resolution),
         )
         saved = await self.deps.store.save_tool_result(ref.turn_id, record, owner=turn.owner)
         async with self.deps.publisher(ref.turn_id, inp.step) as publisher:
@@ -186,6 +198,13 @@ def _preliminaries(on_chunk: OnChunk | None, call: ToolCallPart) -> Any:
         await on_chunk(_result_chunk(call, value, False, preliminary=True))
 
     return emit
+
+
+def _approval(resolution: ToolResolution | None) -> dict[str, Any] | None:
+    """The user's decision on a call that needed approval, as the result records it."""
+    if resolution is None or resolution.approved is None:
+        return None
+    return {"approved": resolution.approved, "reason": resolution.reason}
 
 
 def _outcome(record: ToolResultRecord) -> ToolOutcome:

@@ -8,6 +8,7 @@ turns continue CONV                 continue the last assistant message
 turns cancel CONV [--request ID]    cancel a queued request or the running turn
 turns state CONV                    the conversation's state as JSON
 turns transcript CONV               the stored messages
+turns serve [--host H] [--port P]   the browser front door and its chat page
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
 import json
 import os
+import socket
 import sys
 from typing import Any
 
@@ -346,6 +349,56 @@ async def server(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+async def serve(args: argparse.Namespace, settings: Settings) -> int:
+    """The browser front door (``durable_turns.web``) under uvicorn."""
+    try:
+        import uvicorn
+
+        from durable_turns.web import create_app
+    except ImportError:
+        return fail("turns serve needs the web extra: pip install 'durable-turns[web]'")
+    if args.host not in LOOPBACK and not settings.http_token and not args.auth:
+        return fail(
+            f"refusing to serve on {args.host} without authentication: set TURNS_HTTP_TOKEN"
+            " (or --auth module:function), or bind to 127.0.0.1"
+        )
+    authenticate = _load_callable(args.auth) if args.auth else None
+    if not port_free(args.host, args.port):
+        return fail(f"port {args.port} on {args.host} is in use (choose another with --port)")
+    app = create_app(settings, authenticate=authenticate)
+    config = uvicorn.Config(
+        app, host=args.host, port=args.port, log_level="warning", lifespan="on", access_log=False
+    )
+    print(
+        f"front door on http://{args.host}:{args.port}/ (chat page; API under /api/chat)",
+        flush=True,
+    )
+    await uvicorn.Server(config).serve()
+    return 0
+
+
+def _load_callable(spec: str) -> Any:
+    module, _, name = spec.partition(":")
+    if not module or not name:
+        raise InvalidInput(f"--auth {spec!r}: give module:function")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise InvalidInput(f"--auth {spec!r}: {e}") from None
+
+
+def port_free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 async def demo(args: argparse.Namespace, settings: Settings) -> int:
     from durable_turns.demo import run_demo
 
@@ -378,6 +431,10 @@ def parser() -> argparse.ArgumentParser:
     x.add_argument("--request", help="request id (default: the running turn)")
     s = sub.add_parser("state", help="show a conversation's state")
     s.add_argument("conversation")
+    v = sub.add_parser("serve", help="run the browser front door (AI SDK chat protocol)")
+    v.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    v.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    v.add_argument("--auth", help="module:function authenticating requests (headers → principal)")
     t = sub.add_parser("transcript", help="show a conversation's stored messages")
     t.add_argument("conversation")
     t.add_argument("--json", action="store_true", help="one JSON message per line")
@@ -391,6 +448,7 @@ COMMANDS = {
     "state": state,
     "transcript": transcript,
     "server": server,
+    "serve": serve,
     "demo": demo,
 }
 

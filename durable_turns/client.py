@@ -240,6 +240,13 @@ class TurnsClient:
             {"tool_call_id": tool_call_id, "output": output, "is_error": is_error},
         )
 
+    async def submit_tool_results(
+        self, conversation_id: str, results: list[dict[str, Any]]
+    ) -> None:
+        """Several answers at once (``ToolResolution`` objects: client tool outputs and
+        approvals), in one ``submitToolResult`` signal."""
+        await self.conversation(conversation_id).signal(SIGNAL_TOOL_RESULT, results)
+
     async def approve(
         self,
         conversation_id: str,

@@ -115,6 +115,14 @@ class Settings:
     demo_dir: Path | None = None
     """TURNS_DEMO_DIR: the folder ``demo:<name>`` script files are read from (by name only);
     unset: only the built-in scripts."""
+    http_token: str | None = field(default=None, repr=False)
+    """TURNS_HTTP_TOKEN: the front door's bearer token(s): ``token`` or ``name=token,…``
+    (one principal per name); unset: no authentication (loopback binds only)."""
+    http_models: list[str] = field(default_factory=list)
+    """TURNS_HTTP_MODELS: model ids a browser's request may choose (``model`` in the body);
+    unset: a browser's ``model`` is ignored."""
+    http_max_streams: int = 4096
+    """TURNS_HTTP_MAX_STREAMS: open SSE responses per front-door process; past it, 503."""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -144,6 +152,9 @@ class Settings:
             shutdown_grace_s=float(_env("TURNS_SHUTDOWN_GRACE_S", "10") or 0),
             cancel_check_ms=int(_env("TURNS_CANCEL_CHECK_MS", "500") or 0),
             demo_dir=Path(demo) if (demo := _env("TURNS_DEMO_DIR")) else None,
+            http_token=_env("TURNS_HTTP_TOKEN"),
+            http_models=_split(_env("TURNS_HTTP_MODELS")),
+            http_max_streams=int(_env("TURNS_HTTP_MAX_STREAMS", "4096") or 4096),
         )
 
     def __post_init__(self) -> None:

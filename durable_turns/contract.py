@@ -559,6 +559,9 @@ class FinishTurnInput(_Wire):
     continuation: bool = False
     usage: Usage = Field(default_factory=Usage)
     error: ErrorInfo | None = None
+    auto_continue: bool = False
+    """The turn's client tool results arrived: the conversation continues it in the next
+    turn, which the turn's ``turn-finish`` stream event names (``continued_by_turn``)."""
 
 
 class FailTurnInput(_Wire):

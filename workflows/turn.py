@@ -167,7 +167,9 @@ class TurnWorkflow:
                     return await self._finish(ref, plan, 0, "skipped", inp.continuation)
                 steps, overflow = await self._steps(ref, plan)
                 if overflow is None:
-                    result = await self._finish(ref, plan, steps, "completed", inp.continuation)
+                    result = await self._finish(
+                        ref, plan, steps, "completed", inp.continuation, self._awaited_client
+                    )
                     return result.model_copy(update={"auto_continue": self._awaited_client})
                 # Context overflow: compact, then re-run the turn from before_turn.
                 if run >= plan.overflow_retries:
@@ -386,10 +388,18 @@ class TurnWorkflow:
         steps: int,
         status: TurnStatus,
         continuation: bool,
+        auto_continue: bool = False,
     ) -> TurnResult:
         self._status = status
         self._stage = "persist"
-        finish = FinishTurnInput(turn=ref, steps=steps, status=status, continuation=continuation)
+        finish = FinishTurnInput(
+            turn=ref,
+            steps=steps,
+            status=status,
+            continuation=continuation,
+            # only a conversation runs the continuation turn
+            auto_continue=auto_continue and ref.by_conversation,
+        )
         heartbeat = options.heartbeat(plan) if plan else options.BEGIN_HEARTBEAT
         return await self._bookkeeping(
             FINISH_TURN, finish, TurnResult, f"finish turn · {status}", heartbeat

@@ -125,6 +125,8 @@ class ToolResultRecord(BaseModel):
     is_error: bool = False
     blocked: bool = False
     duration_ms: float = 0.0
+    approval: dict[str, Any] | None = None
+    """For a tool that needed approval: ``{"approved": bool, "reason": str | None}``."""
 
 
 class TurnState(BaseModel):

@@ -36,6 +36,10 @@ RESET: Final = "reset"
 STEP_START: Final = "step-start"
 STEP_FINISH: Final = "step-finish"
 TOOL_RESULT: Final = "tool-result"
+TOOL_WAIT: Final = "tool-wait"
+"""The turn waits for the client on a call (``data``: ``tool_call_id``, ``tool_name``,
+``waiting_for`` = ``"client"`` or ``"approval"``, ``input``); its ``tool-result`` follows
+once the client answered."""
 TURN_FINISH: Final = "turn-finish"
 """The last event of a turn (``data["status"]``); ``follow()`` ends after it."""
 
@@ -441,6 +445,10 @@ class ChunkPublisher:
     async def tool_result(self, data: Any) -> int:
         """A tool call's result (a ``ToolResultChunk`` or its dict)."""
         return await self.boundary(TOOL_RESULT, data)
+
+    async def tool_wait(self, data: Mapping[str, Any]) -> int:
+        """The turn waits for the client's result or approval of one call."""
+        return await self.boundary(TOOL_WAIT, data)
 
     async def turn_finish(self, status: str, data: Mapping[str, Any] | None = None) -> int:
         """The turn's final status: the last event of the stream."""

@@ -1,0 +1,660 @@
+"""The front door's routes: the AI SDK chat endpoints over one Temporal client.
+
+    POST /api/chat                 a new user message (a turn), a client tool's output or an
+                                   approval (the same reply goes on), or a regenerate
+    GET  /api/chat/{id}/stream     the running reply from its start, then live (204: none)
+    GET  /api/chat/{id}/messages   the conversation as UIMessage[]
+    POST /api/chat/{id}/stop       cancelChat for the running turn
+    GET  /                         the chat page
+
+Nothing here holds a turn's state: a reply is read from the turn's live chunk stream by
+offset, a conversation from the transcript store, what runs from the conversation's
+``state``. Any replica answers any request, and a reply's stream can be dropped, resumed
+and read twice without a duplicated or missing character.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.responses import Response
+from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from durable_turns.client import TurnsClient
+from durable_turns.config import Settings
+from durable_turns.contract import (
+    MAX_MESSAGE_ID_BYTES,
+    ConversationState,
+    id_problem,
+    message_id_problem,
+    turn_id,
+    turn_workflow_id,
+)
+from durable_turns.messages import FilePart, Message, Part, TextPart
+from durable_turns.store import TranscriptStore, open_store
+from durable_turns.streams import (
+    TOOL_RESULT,
+    TOOL_WAIT,
+    TURN_FINISH,
+    ChunkStreamBackend,
+    StreamEvent,
+)
+from durable_turns.web import protocol
+from durable_turns.web.auth import (
+    Authenticate,
+    Unauthorized,
+    bearer_tokens,
+    chat_problem,
+    conversation_id,
+    principal_of,
+)
+from durable_turns.web.requests import (
+    MAX_BODY_BYTES,
+    BadRequest,
+    ChatRequest,
+    UIMessage,
+    parse_chat_request,
+)
+
+log = logging.getLogger("durable_turns.web")
+
+KEEPALIVE_S = 15.0
+"""An SSE comment after this long without a chunk (proxies close idle connections)."""
+
+WRITE_TIMEOUT_S = 30.0
+"""A client that takes no data for this long is disconnected (its stream can resume)."""
+
+LIVENESS_CHECK_S = 20.0
+"""With no event for this long, the turn's workflow is looked at: a turn that ended
+without its final event (terminated, timed out) ends the response instead of a wait."""
+
+QUEUE_FRAMES = 64
+"""Frames buffered per response: past it the reader waits for the client (backpressure)."""
+
+ERROR_STATUS = {
+    "QueueFull": 429,
+    "RequestTooLarge": 413,
+    "InvalidRequest": 400,
+    "InvalidId": 400,
+    "InvalidPayload": 400,
+    "InvalidModel": 400,
+    "MessageIdConflict": 400,
+    "NothingToRegenerate": 400,
+}
+
+
+@dataclass
+class FrontDoor:
+    """What the routes share: one Temporal client, the chunk stream, the store, limits."""
+
+    settings: Settings
+    authenticate: Authenticate | None
+    client: TurnsClient
+    streams: ChunkStreamBackend
+    store: TranscriptStore
+    max_streams: int
+    models: frozenset[str]
+    open_streams: int = 0
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    # --- requests -----------------------------------------------------------------------
+
+    async def conversation(self, headers: Mapping[str, str], chat_id: str) -> str:
+        principal = await principal_of(self.authenticate, headers)
+        problem = chat_problem(principal, chat_id)
+        if problem:
+            raise BadRequest(400, "InvalidId", problem)
+        return conversation_id(principal, chat_id)
+
+    async def chat(self, conv: str, request: ChatRequest) -> Reply:
+        """What a POST /api/chat starts or continues: the reply to stream."""
+        body = request.body
+        model = body.pop("model", None)
+        model = model if isinstance(model, str) and model in self.models else None
+        if request.trigger == "regenerate-message":
+            return await self._regenerate(conv, request, body, model)
+        if not request.messages:
+            raise BadRequest(400, "InvalidRequest", "messages is empty")
+        last = request.messages[-1]
+        if last.role == "assistant":
+            return await self._answer_tools(conv, last)
+        if last.role != "user":
+            raise BadRequest(400, "InvalidRequest", "the last message must be a user message")
+        message, request_id = engine_message(last)
+        record = await self._call(
+            self.client.start(conv, [message], body=body, model=model, request_id=request_id)
+        )
+        if record.turn_number is None:  # cancelled before it ran
+            return Reply(conv, 0, protocol.assistant_id(conv, 0), ended=record.status)
+        head = record.turn_number
+        return Reply(conv, head, protocol.assistant_id(conv, head))
+
+    async def _regenerate(
+        self, conv: str, request: ChatRequest, body: dict[str, Any], model: str | None
+    ) -> Reply:
+        target = request.messageId or "last"
+        if target != "last" and not target.startswith(f"{conv}/turn-"):
+            raise BadRequest(400, "InvalidRequest", "messageId is not a reply of this chat")
+        request_id = "ui-regenerate-" + hashlib.sha256(target.encode()).hexdigest()[:24]
+        start_regenerate = getattr(self.client, "start_regenerate", None)
+        if start_regenerate is None:
+            raise BadRequest(501, "NotImplemented", "regenerate is not available")
+        record = await self._call(
+            start_regenerate(conv, target, body=body, model=model, request_id=request_id)
+        )
+        if record.turn_number is None:
+            return Reply(conv, 0, protocol.assistant_id(conv, 0), ended=record.status)
+        return Reply(conv, record.turn_number, protocol.assistant_id(conv, record.turn_number))
+
+    async def _answer_tools(self, conv: str, last: UIMessage) -> Reply:
+        """The browser answered client tools or approvals in the last assistant message:
+        hand what the turn waits on to it, and go on streaming the same reply."""
+        head = reply_turn(conv, last.id)
+        chain = await self.read_chain(conv, head)
+        waits = {e.data.get("tool_call_id"): (t, e) for t, e in chain if e.type == TOOL_WAIT}
+        answered = {e.data.get("tool_call_id") for _, e in chain if e.type == TOOL_RESULT}
+        resolutions: list[dict[str, Any]] = []
+        resume_after: tuple[int, int] | None = None
+        for part in last.parts:
+            extra = part.extra
+            call_id = str(extra.get("toolCallId") or "")
+            state = str(extra.get("state") or "")
+            if not part.type.startswith(("tool-", "dynamic-tool")) or state not in (
+                "output-available",
+                "output-error",
+                "approval-responded",
+            ):
+                continue
+            if call_id not in waits:
+                if call_id in answered:
+                    continue  # a server tool's result, as the server sent it
+                raise BadRequest(
+                    400, "UnknownToolCall", f"no turn of this reply waits on tool call {call_id!r}"
+                )
+            turn, wait = waits[call_id]
+            if resume_after is None or (turn, wait.offset) > resume_after:
+                resume_after = (turn, wait.offset)
+            if call_id in answered:
+                continue  # delivered before (the same POST again): attach to the stream
+            resolutions.append(resolution(call_id, wait.data, state, extra))
+        if resume_after is None:
+            raise BadRequest(
+                400, "InvalidRequest", "the last assistant message answers no call a turn waits on"
+            )
+        if resolutions:
+            await self._call(self.client.submit_tool_results(conv, resolutions))
+        return Reply(conv, head, protocol.assistant_id(conv, head), resume_after=resume_after)
+
+    async def _call(self, call: Awaitable[Any]) -> Any:
+        """A Temporal call; its typed refusals as 4xx, an unreachable server as 503."""
+        try:
+            return await call
+        except WorkflowUpdateFailedError as e:
+            cause = e.cause
+            if isinstance(cause, ApplicationError) and cause.type:
+                raise BadRequest(
+                    ERROR_STATUS.get(cause.type, 400), cause.type, cause.message
+                ) from None
+            raise BadRequest(502, "TurnFailed", str(cause or e)) from None
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                raise BadRequest(404, "NotFound", "no such conversation") from None
+            raise BadRequest(503, "TemporalUnavailable", e.message) from None
+
+    # --- reading replies ----------------------------------------------------------------
+
+    async def running_reply(self, conv: str) -> Reply | None:
+        """The reply the conversation is producing now (its first turn), or None."""
+        state = await self.state(conv)
+        running = state.running if state else None
+        if running is None or running.turn_number is None:
+            return None
+        head = running.turn_number
+        while head > 1:  # a continuation carries on the reply of the turn before it
+            record = await self.store.get_turn(turn_id(conv, head))
+            if record is None or not record.continuation:
+                break
+            head -= 1
+        return Reply(conv, head, protocol.assistant_id(conv, head))
+
+    async def state(self, conv: str) -> ConversationState | None:
+        try:
+            return await self.client.state(conv)
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise BadRequest(503, "TemporalUnavailable", e.message) from None
+
+    async def read_chain(self, conv: str, head: int) -> list[tuple[int, StreamEvent]]:
+        """What a reply's turns have streamed so far, without following."""
+        out: list[tuple[int, StreamEvent]] = []
+        turn: int | None = head
+        while turn is not None:
+            events = await self.streams.read(turn_id(conv, turn), -1)
+            out += [(turn, e) for e in protocol.replayable(events)]
+            turn = next(
+                (
+                    e.data.get("continued_by_turn")
+                    for e in events
+                    if e.type == TURN_FINISH and isinstance(e.data.get("continued_by_turn"), int)
+                ),
+                None,
+            )
+        return out
+
+    async def events(self, conv: str, head: int) -> AsyncIterator[tuple[int, StreamEvent]]:
+        """A reply's events: each turn's stream (what is there already without discarded
+        attempts, then live), then the turn its ``turn-finish`` names."""
+        turn: int | None = head
+        while turn is not None:
+            stream = turn_id(conv, turn)
+            cursor = -1
+            nxt: int | None = None
+            present = await self.streams.read(stream, -1)
+            if present:
+                cursor = present[-1].offset
+            for ev in protocol.replayable(present):
+                yield turn, ev
+                if ev.type == TURN_FINISH:
+                    nxt = _next_turn(ev)
+                    break
+            else:
+                while True:
+                    finished = False
+                    async for ev in self.streams.follow(
+                        stream, cursor, idle_timeout=LIVENESS_CHECK_S
+                    ):
+                        cursor = ev.offset
+                        yield turn, ev
+                        if ev.type == TURN_FINISH:
+                            nxt, finished = _next_turn(ev), True
+                    if finished:
+                        break
+                    if not await self._turn_alive(conv, turn):
+                        yield (
+                            turn,
+                            StreamEvent(
+                                offset=cursor + 1,
+                                type=TURN_FINISH,
+                                data={
+                                    "status": "error",
+                                    "error": {
+                                        "message": "the turn ended without finishing its reply"
+                                    },
+                                },
+                            ),
+                        )
+                        break
+            turn = nxt
+
+    async def _turn_alive(self, conv: str, turn: int) -> bool:
+        try:
+            handle = self.client.client.get_workflow_handle(turn_workflow_id(conv, turn))
+            described = await handle.describe()
+        except RPCError as e:
+            return e.status != RPCStatusCode.NOT_FOUND
+        return described.status == WorkflowExecutionStatus.RUNNING
+
+    async def frames(self, reply: Reply, reset_step: bool) -> AsyncIterator[bytes]:
+        """The reply as SSE frames: ``start``, the chunks, ``[DONE]``."""
+        ui = protocol.UIMessageStream(reply.message_id, reset_step=reset_step)
+        yield protocol.frame(ui.start())
+        if reply.ended is not None:
+            if reply.ended == "aborted":
+                yield protocol.frame({"type": "abort"})
+            yield protocol.frame({"type": "finish", "finishReason": "other"})
+            yield protocol.DONE
+            return
+        muted = reply.resume_after is not None
+        current: int | None = None
+        async for turn, ev in self.events(reply.conversation_id, reply.head):
+            if turn != current:
+                ui.begin_turn(turn)
+                current = turn
+            chunks = ui.feed(ev)
+            if muted:
+                if (turn, ev.offset) >= reply.resume_after:  # type: ignore[operator]
+                    muted = False
+                continue
+            for chunk in chunks:
+                yield protocol.frame(chunk)
+            if ui.needs_resume:
+                yield protocol.frame(
+                    {
+                        "type": "error",
+                        "errorText": "a model step was retried: resume the stream to see the reply",
+                    }
+                )
+                yield protocol.DONE
+                return
+            if ui.done:
+                break
+            if ui.step_is_waiting():
+                for chunk in ui.end_waiting():
+                    yield protocol.frame(chunk)
+                break
+        yield protocol.DONE
+
+
+@dataclass
+class Reply:
+    """One reply a response streams: its conversation, first turn and UI message id."""
+
+    conversation_id: str
+    head: int
+    message_id: str
+    resume_after: tuple[int, int] | None = None
+    """Continue after this (turn, offset): what the browser already has is not sent again."""
+    ended: str | None = None
+    """The request ended without a turn (cancelled while queued)."""
+
+
+def _next_turn(ev: StreamEvent) -> int | None:
+    value = ev.data.get("continued_by_turn")
+    return value if isinstance(value, int) else None
+
+
+_REPLY_ID = re.compile(r"/turn-([0-9]+)/assistant\Z")
+
+
+def reply_turn(conv: str, message_id: str) -> int:
+    """The first turn of a reply, from its UI message id."""
+    match = _REPLY_ID.search(message_id)
+    if not match or message_id[: match.start()] != conv:
+        raise BadRequest(
+            400, "InvalidRequest", "the last assistant message is not a reply of this chat"
+        )
+    return int(match.group(1))
+
+
+def engine_message(ui: UIMessage) -> tuple[Message, str]:
+    """A browser's user message as the engine's, and the request id that makes its POST
+    idempotent (derived from the UI message id)."""
+    parts: list[Part] = []
+    for part in ui.parts:
+        extra = part.extra
+        if part.type == "text" and isinstance(extra.get("text"), str):
+            if extra["text"]:
+                parts.append(TextPart(text=extra["text"]))
+        elif part.type == "file" and isinstance(extra.get("url"), str):
+            parts.append(_file(extra))
+    if not parts:
+        raise BadRequest(400, "InvalidRequest", "the user message has no text or file part")
+    ui_id = ui.id
+    usable = message_id_problem(ui_id) is None and len(ui_id.encode()) <= MAX_MESSAGE_ID_BYTES
+    request_id = f"ui-{ui_id}" if usable and id_problem(f"ui-{ui_id}", "request id") is None else ""
+    if not request_id:
+        request_id = "ui-" + hashlib.sha256(ui_id.encode()).hexdigest()[:32]
+    message = Message(
+        id=ui_id if usable else "", role="user", parts=parts, metadata={"ui_message_id": ui_id}
+    )
+    return message, request_id
+
+
+def _file(extra: dict[str, Any]) -> FilePart:
+    url: str = extra["url"]
+    media_type = str(extra.get("mediaType") or "application/octet-stream")
+    if url.startswith("data:") and ";base64," in url:
+        head, _, data = url.partition(";base64,")
+        return FilePart(media_type=head.removeprefix("data:") or media_type, data=data)
+    return FilePart(media_type=media_type, url=url)
+
+
+def resolution(
+    call_id: str, wait: dict[str, Any], state: str, extra: dict[str, Any]
+) -> dict[str, Any]:
+    """A browser's answer to one waiting call, as ``submitToolResult`` takes it."""
+    if wait.get("waiting_for") == "approval":
+        approval = extra.get("approval") or {}
+        if state != "approval-responded" or not isinstance(approval, dict):
+            raise BadRequest(400, "InvalidRequest", f"tool call {call_id!r} waits for an approval")
+        reason = approval.get("reason")
+        return {
+            "tool_call_id": call_id,
+            "approved": bool(approval.get("approved")),
+            "reason": reason if isinstance(reason, str) else None,
+        }
+    if state == "output-error":
+        return {
+            "tool_call_id": call_id,
+            "output": str(extra.get("errorText") or ""),
+            "is_error": True,
+        }
+    if state != "output-available":
+        raise BadRequest(400, "InvalidRequest", f"tool call {call_id!r} waits for its output")
+    return {"tool_call_id": call_id, "output": extra.get("output")}
+
+
+# --- the ASGI app -------------------------------------------------------------------------
+
+
+def create_app(
+    settings: Settings | None = None,
+    *,
+    authenticate: Authenticate | None = None,
+    client: TurnsClient | None = None,
+) -> Any:
+    """The front door as an ASGI app (FastAPI). ``authenticate`` (headers → principal)
+    overrides ``TURNS_HTTP_TOKEN``; with neither, every request is let in and chat ids are
+    conversation ids. ``client`` reuses a connected ``TurnsClient``."""
+    settings = settings or Settings.from_env()
+    if authenticate is None and settings.http_token:
+        authenticate = bearer_tokens(settings.http_token)
+    door: dict[str, FrontDoor] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        turns = client or await TurnsClient.connect(settings)
+        streams = await turns._stream_backend()
+        store = open_store(settings.resolved_store_url)
+        await store.open()
+        door["it"] = FrontDoor(
+            settings=settings,
+            authenticate=authenticate,
+            client=turns,
+            streams=streams,
+            store=store,
+            max_streams=settings.http_max_streams,
+            models=frozenset(settings.http_models),
+        )
+        try:
+            yield
+        finally:
+            await store.close()
+            if client is None:
+                await turns.aclose()
+
+    app = FastAPI(title="durable-turns", lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    @app.exception_handler(BadRequest)
+    async def _bad(request: Request, exc: BadRequest) -> Response:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(Unauthorized)
+    async def _unauthorized(request: Request, exc: Unauthorized) -> Response:
+        return JSONResponse(
+            {"error": {"type": "Unauthorized", "message": str(exc)}},
+            status_code=401,
+            headers={"www-authenticate": "Bearer"},
+        )
+
+    @app.post("/api/chat")
+    async def post_chat(request: Request) -> Any:
+        it = door["it"]
+        raw = await read_body(request, MAX_BODY_BYTES)
+        chat = parse_chat_request(raw)
+        conv = await it.conversation(request.headers, chat.id)
+        reserve(it)
+        try:
+            reply = await it.chat(conv, chat)
+        except BaseException:
+            it.open_streams -= 1
+            raise
+        return EventStream(it, it.frames(reply, reset_step=wants_reset_step(request.headers)))
+
+    @app.get("/api/chat/{chat_id:path}/stream")
+    async def get_stream(chat_id: str, request: Request) -> Any:
+        it = door["it"]
+        conv = await it.conversation(request.headers, chat_id)
+        reply = await it.running_reply(conv)
+        if reply is None:
+            return Response(status_code=204)
+        reserve(it)
+        return EventStream(it, it.frames(reply, reset_step=wants_reset_step(request.headers)))
+
+    @app.get("/api/chat/{chat_id:path}/messages")
+    async def get_messages(chat_id: str, request: Request) -> Any:
+        it = door["it"]
+        conv = await it.conversation(request.headers, chat_id)
+        return JSONResponse(protocol.ui_messages(await it.store.messages(conv)))
+
+    @app.post("/api/chat/{chat_id:path}/stop")
+    async def stop(chat_id: str, request: Request) -> Any:
+        it = door["it"]
+        conv = await it.conversation(request.headers, chat_id)
+        state = await it.state(conv)
+        running = state.running if state else None
+        if running is None:
+            return JSONResponse({"stopped": False, "reason": "no turn is running"})
+        await it._call(it.client.cancel(conv, running.request_id))
+        return JSONResponse(
+            {"stopped": True, "request_id": running.request_id, "turn_number": running.turn_number}
+        )
+
+    @app.get("/")
+    async def page() -> Any:
+        html = resources.files("durable_turns.web").joinpath("static/index.html").read_text()
+        return HTMLResponse(html, headers={"cache-control": "no-cache"})
+
+    @app.get("/api/health")
+    async def health() -> Any:
+        return JSONResponse({"ok": True, "open_streams": door["it"].open_streams})
+
+    return app
+
+
+def wants_reset_step(headers: Mapping[str, str]) -> bool:
+    """ai 7 and later take ``reset-step``; a client says it is on ai 6 with the header
+    ``x-ui-message-stream-version: 6`` (a retried step then ends the live reply with an
+    error that asks for a resume, which replays without the discarded attempt)."""
+    return headers.get("x-ui-message-stream-version", "").strip() not in ("5", "6")
+
+
+def reserve(it: FrontDoor) -> None:
+    """Count an open stream; past the bound, 503 (the client retries later)."""
+    if it.open_streams >= it.max_streams:
+        raise BadRequest(
+            503, "TooManyStreams", f"this server has {it.open_streams} streams open; retry later"
+        )
+    it.open_streams += 1
+
+
+async def read_body(request: Any, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it passes ``limit`` bytes."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise BadRequest(
+            413, "RequestTooLarge", f"the body is {declared} bytes; the limit is {limit}"
+        )
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BadRequest(413, "RequestTooLarge", f"the body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class EventStream(Response):
+    """An SSE response with backpressure: frames come from a bounded queue filled by the
+    reader of the turn's stream, which waits when the client reads slowly; a client that
+    takes nothing for ``WRITE_TIMEOUT_S`` is disconnected; a closed connection stops the
+    reader (it is not a Stop: the turn goes on, and the stream can be resumed)."""
+
+    def __init__(self, door: FrontDoor, frames: AsyncIterator[bytes]) -> None:
+        super().__init__(status_code=200, headers=protocol.HEADERS)
+        self.door = door
+        self.frames = frames
+
+    async def __call__(
+        self,
+        scope: Any,
+        receive: Callable[[], Awaitable[Any]],
+        send: Callable[[Any], Awaitable[None]],
+    ) -> None:
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue(QUEUE_FRAMES)
+
+        async def produce() -> None:
+            try:
+                async for data in self.frames:
+                    await queue.put(data)
+            except BadRequest as e:
+                await queue.put(protocol.frame({"type": "error", "errorText": e.message}))
+                await queue.put(protocol.DONE)
+            except Exception as e:  # never a silent hang: the client sees it
+                log.exception("a reply's stream failed")
+                await queue.put(protocol.frame({"type": "error", "errorText": type(e).__name__}))
+                await queue.put(protocol.DONE)
+            finally:
+                await queue.put(None)
+
+        async def disconnected() -> None:
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+
+        producer = asyncio.create_task(produce())
+        watcher = asyncio.create_task(disconnected())
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(k.encode(), v.encode()) for k, v in protocol.HEADERS.items()],
+                }
+            )
+            while True:
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait(
+                    {getter, watcher}, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED
+                )
+                if watcher in done:
+                    getter.cancel()
+                    return
+                if getter not in done:
+                    getter.cancel()
+                    data: bytes | None = protocol.KEEPALIVE
+                else:
+                    data = getter.result()
+                if data is None:
+                    break
+                await asyncio.wait_for(
+                    send({"type": "http.response.body", "body": data, "more_body": True}),
+                    WRITE_TIMEOUT_S,
+                )
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+        except (TimeoutError, OSError):
+            pass  # a slow or gone client: its reply can be resumed
+        finally:
+            self.door.open_streams -= 1
+            for task in (producer, watcher):
+                task.cancel()
+            for task in (producer, watcher):
+                with contextlib.suppress(BaseException):
+                    await task
+            with contextlib.suppress(BaseException):
+                await self.frames.aclose()  # type: ignore[attr-defined]

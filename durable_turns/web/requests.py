@@ -1,0 +1,133 @@
+"""What a browser may send the front door, with every bound explicit (``docs/web.md``).
+
+``DefaultChatTransport`` POSTs ``{...body, id, messages, trigger, messageId}``: the chat id,
+the whole ``UIMessage[]`` list, and the transport's extra ``body`` fields, which the hooks
+see as ``TurnContext.body``. The server trusts none of the history it is sent (the store
+holds the conversation); it reads the last message only: a new user message, or the last
+assistant message with a client tool's output or an approval in it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from durable_turns.contract import validation_problems
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+"""A request body over this many bytes is refused (413) before it is parsed. The transport
+sends the whole chat every time: a very long chat should send only its last message
+(``prepareSendMessagesRequest``), which is all the server reads."""
+
+MAX_MESSAGES = 2000
+"""Messages in one request; past it, 400."""
+
+MAX_PARTS = 500
+"""Parts in one message."""
+
+MAX_PART_BYTES = 256 * 1024
+"""One part's JSON (a text, a tool output); past it, 413. A new user message must also fit
+the engine's own request limit (256 KiB for the whole request)."""
+
+PART_TYPES = frozenset(
+    {"text", "reasoning", "file", "step-start", "source-url", "source-document", "dynamic-tool"}
+)
+"""Part types of the protocol; ``tool-<name>`` and ``data-<name>`` too. Anything else: 400."""
+
+
+class BadRequest(Exception):
+    """A request the front door refuses: ``status`` (4xx), a typed ``code`` and a reason."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"type": self.code, "message": self.message}}
+
+
+class UIPart(BaseModel):
+    """One part of a ``UIMessage``; fields beyond ``type`` are kept as they came."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+
+    @field_validator("type")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value in PART_TYPES or (value.startswith(("tool-", "data-")) and len(value) > 5):
+            return value
+        raise ValueError(f"unknown part type {value[:80]!r}")
+
+    @property
+    def extra(self) -> dict[str, Any]:
+        return dict(self.__pydantic_extra__ or {})
+
+
+class UIMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(min_length=1, max_length=512)
+    role: Literal["system", "user", "assistant"]
+    parts: list[UIPart] = Field(default_factory=list, max_length=MAX_PARTS)
+    metadata: Any = None
+
+
+class ChatRequest(BaseModel):
+    """``POST /api/chat``: the transport's body. Unknown top-level fields are the ``body``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(min_length=1)
+    messages: list[UIMessage] = Field(default_factory=list, max_length=MAX_MESSAGES)
+    trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
+    messageId: str | None = None  # the protocol's name
+
+    @property
+    def body(self) -> dict[str, Any]:
+        """The transport's extra fields: ``TurnContext.body`` for the hooks."""
+        return dict(self.__pydantic_extra__ or {})
+
+
+def parse_chat_request(raw: bytes) -> ChatRequest:
+    """The request, or a ``BadRequest`` that says what is wrong; nothing is sent anywhere."""
+    if len(raw) > MAX_BODY_BYTES:
+        raise BadRequest(
+            413, "RequestTooLarge", f"the body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}"
+        )
+    value = parse_json(raw)
+    try:
+        request = ChatRequest.model_validate(value)
+    except ValidationError as e:
+        raise BadRequest(
+            400, "InvalidRequest", f"malformed chat request: {validation_problems(e, 5)}"
+        ) from None
+    for message in request.messages[-1:]:  # the one the server reads
+        for part in message.parts:
+            size = len(json.dumps(part.model_dump(), ensure_ascii=False).encode())
+            if size > MAX_PART_BYTES:
+                raise BadRequest(
+                    413,
+                    "RequestTooLarge",
+                    f"a {part.type} part is {size} bytes; the limit is {MAX_PART_BYTES}",
+                )
+    return request
+
+
+def parse_json(raw: bytes) -> Any:
+    """JSON from a request body: UTF-8, and not nested past the parser's recursion limit."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadRequest(400, "InvalidPayload", "the body is not UTF-8") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise BadRequest(
+            400, "InvalidPayload", f"the body is not JSON: {e.msg} at {e.pos}"
+        ) from None
+    except RecursionError:
+        raise BadRequest(400, "InvalidPayload", "the JSON nests too deeply") from None
