@@ -121,9 +121,10 @@ class ToolCallActivities:
         saved = await self.deps.store.save_tool_result(ref.turn_id, record, owner=turn.owner)
         async with self.deps.publisher(ref.turn_id, inp.step) as publisher:
             if publisher is not None:
-                await publisher.tool_result(
-                    ctx_build.tool_result_part(saved).model_dump(mode="json")
-                )
+                data = ctx_build.tool_result_part(saved).model_dump(mode="json")
+                if saved.approval is not None:
+                    data["approval"] = saved.approval
+                await publisher.tool_result(data)
         return _outcome(saved)
 
     async def _tool_call_context(

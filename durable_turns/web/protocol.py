@@ -94,7 +94,9 @@ class UIMessageStream:
         """Calls the turn waits on, by tool call id (``tool-wait`` events not yet answered)."""
         self.needs_resume = False
         """A live reset that this client cannot take (no ``reset_step``)."""
-        self._n = 0
+        self._k = 0
+        """Text and reasoning parts opened in the current step (their ids count them)."""
+        self._restarted: tuple[int | None, int | None] | None = None
         self._text: str | None = None
         self._reasoning: str | None = None
         self._in_step = False
@@ -126,9 +128,13 @@ class UIMessageStream:
         if ev.type == CHUNK:
             return self._chunk(ev.data)
         if ev.type == STEP_START:
+            if self._restarted == key:  # reset-step kept the step's step-start part
+                self._restarted = None
+                self._in_step = True
+                return []
             out = self._end_step()
             out.append({"type": "start-step"})
-            self._in_step, self._step, self._step_calls = True, key, set()
+            self._in_step, self._step, self._step_calls, self._k = True, key, set(), 0
             return out
         if ev.type == STEP_FINISH:
             reason = ev.data.get("finish_reason")
@@ -150,12 +156,13 @@ class UIMessageStream:
         self._text = self._reasoning = None
         self._sources = []
         self._step_calls = set()
-        self._in_step = False
+        self._k = 0
         if not self.reset_step:
             self.needs_resume = True
             return []
-        # reset-step drops the current step's parts, its step-start included; the new
-        # attempt's step-start opens it again
+        # reset-step drops the parts after the step's step-start part and keeps that part:
+        # the new attempt's step-start is not sent again
+        self._restarted = key
         return [{"type": "reset-step"}]
 
     def _chunk(self, data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -274,8 +281,11 @@ class UIMessageStream:
     # --- helpers ----------------------------------------------------------------------
 
     def _id(self, kind: str) -> str:
-        self._n += 1
-        return f"{kind}-{self._n}"
+        """A part's id from its place (turn, step, rank in the step): a replay, and the
+        stored message, give the same ids as the live stream, retried steps included."""
+        self._k += 1
+        step = self._step[1] if self._step else 0
+        return part_id(kind, self.turn or 0, step or 0, self._k)
 
     def _close_text(self) -> list[dict[str, Any]]:
         if self._text is None:
@@ -304,6 +314,11 @@ class UIMessageStream:
             out.append({"type": "finish-step"})
             self._in_step = False
         return out
+
+
+def part_id(kind: str, turn: int, step: int, rank: int) -> str:
+    """The id of a text or reasoning part (the client keeps reasoning parts' ids)."""
+    return f"{kind}-{turn}-{step}-{rank}"
 
 
 def replayable(events: Sequence[StreamEvent]) -> list[StreamEvent]:
@@ -369,11 +384,13 @@ def _file_part(part: FilePart) -> dict[str, Any]:
 
 def _assistant_parts(message: Message) -> list[dict[str, Any]]:
     """One stored reply's parts, as the stream's chunks assemble them in the client."""
+    turn = int(message.metadata.get("turn_number") or 0)
     sources: dict[str, list[dict[str, Any]]] = message.metadata.get("sources") or {}
     approvals: dict[str, dict[str, Any]] = message.metadata.get("approvals") or {}
     parts: list[dict[str, Any]] = []
     tools: dict[str, dict[str, Any]] = {}
     step = -1
+    rank = 0
 
     def end_step() -> None:
         for source in sources.get(str(step), []):
@@ -388,11 +405,17 @@ def _assistant_parts(message: Message) -> list[dict[str, Any]]:
             if step >= 0:
                 end_step()
             step += 1
+            rank = 0
             parts.append({"type": "step-start"})
         elif isinstance(part, TextPart):
+            rank += 1
             parts.append({"type": "text", "text": part.text, "state": "done"})
         elif isinstance(part, ReasoningPart):
-            parts.append({"type": "reasoning", "text": part.text, "state": "done"})
+            rank += 1
+            reasoning_id = part_id("reasoning", turn, max(step, 0), rank)
+            parts.append(
+                {"type": "reasoning", "id": reasoning_id, "text": part.text, "state": "done"}
+            )
         elif isinstance(part, ToolCallPart):
             tool: dict[str, Any] = {
                 "type": f"tool-{part.tool_name}",

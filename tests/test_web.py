@@ -1,0 +1,445 @@
+"""The browser front door over HTTP: framing, idempotency, resume, stop, limits, auth.
+
+A real worker process, a real ``turns serve`` process, httpx as the browser. The real
+``ai`` client's view of the same endpoints is in ``test_web_ai_client.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.service import RPCError
+
+from durable_turns.streams import RESET, STEP_FINISH, STEP_START, TURN_FINISH, StreamEvent
+from durable_turns.web import protocol
+from durable_turns.web.protocol import UIMessageStream
+from tests.support.harness import ROOT, Harness
+from tests.support.probes import wait_until
+from tests.support.web import (
+    FrontDoor,
+    chat_body,
+    post_chat,
+    sse_chunks,
+    user_message,
+)
+
+SLOW = [{"text": "word", "repeat": 60, "delay_ms": 40}]
+APPROVE = [
+    {"text": "I need your go-ahead.", "tool_calls": [{"name": "wipe_disk", "input": {}}]},
+    {"text": "Result: {tool_result}."},
+]
+
+
+def text_of(chunks: list[Any]) -> str:
+    return "".join(c["delta"] for c in chunks if isinstance(c, dict) and c["type"] == "text-delta")
+
+
+def types(chunks: list[Any]) -> list[str]:
+    return [c["type"] if isinstance(c, dict) else c for c in chunks]
+
+
+def stored_text(message: dict[str, Any]) -> str:
+    return "".join(p["text"] for p in message["parts"] if p["type"] == "text")
+
+
+@pytest.fixture
+def door(harness: Harness) -> Any:
+    doors: list[FrontDoor] = []
+
+    def start(**env: str) -> FrontDoor:
+        d = FrontDoor(harness, **env).wait_ready()
+        doors.append(d)
+        return d
+
+    yield start
+    for d in doors:
+        d.stop()
+
+
+async def messages(url: str, chat: str, headers: dict[str, str] | None = None) -> Any:
+    async with httpx.AsyncClient(timeout=30) as http:
+        r = await http.get(f"{url}/api/chat/{chat}/messages", headers=headers)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+
+# --- the protocol mapping, event by event ------------------------------------------------
+
+
+def ev(offset: int, type_: str, step: int | None = None, attempt: int = 1, **data: Any) -> Any:
+    return StreamEvent(offset=offset, type=type_, step=step, attempt=attempt, data=data)
+
+
+def test_a_retried_step_is_dropped_with_reset_step() -> None:
+    ui = UIMessageStream("c/turn-1/assistant")
+    ui.begin_turn(1)
+    out = [ui.start()]
+    for e in [
+        ev(0, STEP_START, 0),
+        ev(1, "chunk", 0, type="text-delta", text="lost "),
+        ev(2, RESET, 0, attempt=2),
+        ev(3, STEP_START, 0, attempt=2),
+        ev(4, "chunk", 0, attempt=2, type="text-delta", text="kept"),
+        ev(5, "chunk", 0, attempt=1, type="text-delta", text="late old attempt"),
+        ev(6, STEP_FINISH, 0, attempt=2, finish_reason="stop"),
+        ev(7, TURN_FINISH, status="completed"),
+    ]:
+        out += ui.feed(e)
+    assert types(out) == [
+        "start",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "reset-step",
+        "text-start",
+        "text-delta",
+        "text-end",
+        "finish-step",
+        "finish",
+    ]
+    assert text_of(out[5:]) == "kept", "reset-step keeps the step's step-start: not sent again"
+
+
+def test_without_reset_step_a_live_retry_asks_for_a_resume() -> None:
+    ui = UIMessageStream("c/turn-1/assistant", reset_step=False)
+    ui.begin_turn(1)
+    ui.feed(ev(0, STEP_START, 0))
+    ui.feed(ev(1, "chunk", 0, type="text-delta", text="lost"))
+    assert ui.feed(ev(2, RESET, 0, attempt=2)) == [] and ui.needs_resume
+    replay = protocol.replayable(
+        [ev(0, STEP_START, 0), ev(1, "chunk", 0, type="text-delta", text="lost"),
+         ev(2, RESET, 0, attempt=2), ev(3, STEP_START, 0, attempt=2),
+         ev(4, "chunk", 0, attempt=2, type="text-delta", text="kept")]
+    )  # fmt: skip
+    assert [e.offset for e in replay] == [3, 4]
+
+
+def test_a_wait_ends_the_response_and_a_continuation_carries_the_reply_on() -> None:
+    ui = UIMessageStream("c/turn-1/assistant")
+    ui.begin_turn(1)
+    out = ui.feed(ev(0, STEP_START, 0))
+    out += ui.feed(
+        ev(1, "chunk", 0, type="tool-call", tool_call_id="a", tool_name="wipe", input={})
+    )
+    out += ui.feed(ev(2, STEP_FINISH, 0, finish_reason="tool-calls"))
+    assert not ui.step_is_waiting()
+    out += ui.feed(
+        ev(3, "tool-wait", 0, tool_call_id="a", tool_name="wipe", waiting_for="approval")
+    )
+    assert ui.step_is_waiting()
+    assert types(out)[-1] == "tool-approval-request"
+    assert types(ui.end_waiting()) == ["finish-step", "finish"]
+    # the browser approved: the rest of the same reply
+    assert types(ui.feed(ev(4, "tool-result", 0, tool_call_id="a", output="ok"))) == [
+        "tool-output-available"
+    ]
+    assert ui.feed(ev(5, TURN_FINISH, status="completed", continued_by_turn=2)) == []
+    assert ui.continued_by == 2 and not ui.done
+    ui.begin_turn(2)
+    assert types(ui.feed(ev(0, STEP_START, 0))) == ["start-step"]
+
+
+def test_ui_messages_fold_continuations_and_leave_superseded_replies_out() -> None:
+    from durable_turns.messages import Message, StepStartPart, TextPart
+
+    def reply(i: int, text: str, **meta: Any) -> Message:
+        return Message(
+            id=f"c/turn-{i}/assistant",
+            role="assistant",
+            parts=[StepStartPart(), TextPart(text=text)],
+            metadata=meta,
+        )
+
+    stored = [
+        Message(
+            id="r/u1", role="user", parts=[TextPart(text="hi")], metadata={"ui_message_id": "u1"}
+        ),
+        reply(1, "old", superseded_by="c/turn-3"),
+        reply(2, "a", continuation=False),
+        reply(3, "b", continuation=True),
+    ]
+    ui = protocol.ui_messages(stored)
+    assert [m["id"] for m in ui] == ["u1", "c/turn-2/assistant"]
+    assert [p.get("text") for p in ui[1]["parts"]] == [None, "a", None, "b"]
+
+
+# --- over HTTP ------------------------------------------------------------------------------
+
+
+async def test_a_turn_streams_as_the_protocol_says(harness: Harness, door: Any) -> None:
+    harness.start_worker()
+    fd = door()
+    chat = harness.conv("web-basic")
+    async with (
+        httpx.AsyncClient(timeout=60) as http,
+        http.stream(
+            "POST", f"{fd.url}/api/chat", json=chat_body(chat, [user_message("Rome?", "m1")])
+        ) as r,
+    ):
+        assert r.status_code == 200
+        for name, value in protocol.HEADERS.items():
+            assert r.headers[name] == value
+        raw = (await r.aread()).decode()
+    frames = [f for f in raw.split("\n\n") if f]
+    assert all(f.startswith("data: ") for f in frames), "data: framing only, no event: lines"
+    assert frames[-1] == "data: [DONE]"
+    import json
+
+    chunks = [json.loads(f[6:]) for f in frames[:-1]]
+    assert chunks[0] == {"type": "start", "messageId": f"{chat}/turn-1/assistant"}
+    assert types(chunks).count("start") == 1 and types(chunks).count("start-step") == 2
+    assert chunks[-1] == {"type": "finish", "finishReason": "stop"}
+    assert "tool-input-available" in types(chunks) and "tool-output-available" in types(chunks)
+    stored = await messages(fd.url, chat)
+    assert stored[0] == user_message("Rome?", "m1")
+    assert stored[-1]["id"] == chunks[0]["messageId"]
+    assert stored_text(stored[-1]) == text_of(chunks)
+
+
+async def test_the_same_post_twice_runs_one_turn(harness: Harness, door: Any) -> None:
+    harness.start_worker(TURNS_MODEL=harness.script([{"text": "hello there", "delay_ms": 20}]))
+    fd = door()
+    chat = harness.conv("web-idem")
+    body = chat_body(chat, [user_message("hi", "same-id")])
+    (r1, c1), (r2, c2) = await asyncio.gather(post_chat(fd.url, body), post_chat(fd.url, body))
+    assert r1.status_code == r2.status_code == 200
+    assert c1 == c2, "the second POST attaches to the first's stream, from its start"
+    again = await post_chat(fd.url, body)
+    assert again[1] == c1
+    state = await harness.turns.state(chat)
+    assert state.turn_count == 1
+
+
+async def test_a_dropped_connection_resumes_from_the_start(harness: Harness, door: Any) -> None:
+    harness.start_worker(TURNS_MODEL=harness.script(SLOW))
+    fd = door()
+    chat = harness.conv("web-resume")
+    seen: list[Any] = []
+    async with (
+        httpx.AsyncClient(timeout=60) as http,
+        http.stream(
+            "POST", f"{fd.url}/api/chat", json=chat_body(chat, [user_message("go", "m")])
+        ) as r,
+    ):
+        async for line in r.aiter_lines():
+            if line.startswith("data: {"):
+                seen.append(line)
+            if len(seen) >= 8:
+                break  # the browser reloads: the connection closes, the turn goes on
+    async with (
+        httpx.AsyncClient(timeout=60) as http,
+        http.stream("GET", f"{fd.url}/api/chat/{chat}/stream") as r,
+    ):
+        assert r.status_code == 200
+        resumed = await sse_chunks(r)
+    assert resumed[0] == {"type": "start", "messageId": f"{chat}/turn-1/assistant"}
+    assert resumed[-1] == "[DONE]"
+    stored = await messages(fd.url, chat)
+    assert text_of(resumed) == stored_text(stored[-1]) == " ".join(["word"] * 60)
+    async with httpx.AsyncClient(timeout=30) as http:
+        r = await http.get(f"{fd.url}/api/chat/{chat}/stream")
+        assert r.status_code == 204, "no active turn: 204"
+
+
+async def test_stop_ends_the_reply_and_keeps_what_streamed(harness: Harness, door: Any) -> None:
+    harness.start_worker(TURNS_MODEL=harness.script(SLOW), TURNS_HEARTBEAT_TIMEOUT_S="30")
+    fd = door()
+    chat = harness.conv("web-stop")
+    task = asyncio.create_task(post_chat(fd.url, chat_body(chat, [user_message("go", "m")])))
+    await wait_until(lambda: _running(harness, chat))
+    await asyncio.sleep(0.8)
+    async with httpx.AsyncClient(timeout=30) as http:
+        stopped = (await http.post(f"{fd.url}/api/chat/{chat}/stop")).json()
+    assert stopped["stopped"] is True and stopped["turn_number"] == 1
+    _, chunks = await asyncio.wait_for(task, 30)
+    assert types(chunks)[-3:] == ["abort", "finish", "[DONE]"]
+    stored = await messages(fd.url, chat)
+    assert 0 < len(stored_text(stored[-1])) < len(" ".join(["word"] * 60))
+    assert stored_text(stored[-1]) == text_of(chunks)
+    async with httpx.AsyncClient(timeout=30) as http:
+        idle = (await http.post(f"{fd.url}/api/chat/{chat}/stop")).json()
+    assert idle == {"stopped": False, "reason": "no turn is running"}
+
+
+async def _running(harness: Harness, chat: str) -> bool:
+    try:
+        state = await harness.turns.state(chat)
+    except Exception:
+        return False
+    return state.running is not None and state.running.turn_number is not None
+
+
+async def test_a_closed_connection_is_not_a_stop(harness: Harness, door: Any) -> None:
+    harness.start_worker(
+        TURNS_MODEL=harness.script([{"text": "word", "repeat": 20, "delay_ms": 30}])
+    )
+    fd = door()
+    chat = harness.conv("web-close")
+    async with (
+        httpx.AsyncClient(timeout=60) as http,
+        http.stream(
+            "POST", f"{fd.url}/api/chat", json=chat_body(chat, [user_message("go", "m")])
+        ) as r,
+    ):
+        async for line in r.aiter_lines():
+            if "text-delta" in line:
+                break
+    await wait_until(lambda: _finished(harness, chat), within=30)
+    state = await harness.turns.state(chat)
+    assert state.last_result is not None and state.last_result.status == "completed"
+
+
+async def _finished(harness: Harness, chat: str) -> bool:
+    state = await harness.turns.state(chat)
+    return state.last_result is not None and state.running is None
+
+
+async def test_bad_requests_get_a_typed_4xx_and_start_nothing(harness: Harness, door: Any) -> None:
+    harness.start_worker()
+    fd = door()
+    chat = harness.conv("web-bad")
+    cases: list[tuple[Any, int, str]] = [
+        (b"{not json", 400, "InvalidPayload"),
+        (b"\xff\xfe", 400, "InvalidPayload"),
+        (b"[" * 100_000, 400, "InvalidPayload"),
+        ({"id": chat, "messages": []}, 400, "InvalidRequest"),
+        ({"messages": [user_message("x", "m")]}, 400, "InvalidRequest"),
+        (chat_body(chat, [{"id": "m", "role": "user", "parts": [{"type": "blink"}]}]), 400, "InvalidRequest"),
+        (chat_body(chat, [{"id": "m", "role": "system", "parts": [{"type": "text", "text": "x"}]}]), 400, "InvalidRequest"),
+        (chat_body(chat, [user_message("x" * 300_000, "m")]), 413, "RequestTooLarge"),
+        (chat_body(chat, [user_message("x", str(i)) for i in range(2001)]), 400, "InvalidRequest"),
+        (chat_body(f"{chat}/turn-1", [user_message("x", "m")]), 400, "InvalidId"),
+        (chat_body(chat, [{"id": f"{chat}/turn-9/assistant", "role": "assistant", "parts": [
+            {"type": "tool-wipe_disk", "toolCallId": "forged", "state": "approval-responded",
+             "approval": {"id": "forged", "approved": True}}]}]), 400, "UnknownToolCall"),
+    ]  # fmt: skip
+    async with httpx.AsyncClient(timeout=30) as http:
+        for body, status, code in cases:
+            if isinstance(body, bytes):
+                r = await http.post(f"{fd.url}/api/chat", content=body)
+            else:
+                r = await http.post(f"{fd.url}/api/chat", json=body)
+            assert r.status_code == status, (
+                body if isinstance(body, bytes) else body.get("id"),
+                r.text,
+            )
+            assert r.json()["error"]["type"] == code, r.text
+        big = b'{"id":"x","messages":[],"pad":"' + b"x" * (5 * 1024 * 1024) + b'"}'
+        r = await http.post(f"{fd.url}/api/chat", content=big)
+        assert r.status_code == 413
+    with pytest.raises(RPCError):
+        await harness.turns.state(chat)  # no conversation was ever started
+
+
+async def test_a_forged_tool_result_changes_nothing(harness: Harness, door: Any) -> None:
+    harness.start_worker(TURNS_MODEL=harness.script(APPROVE))
+    fd = door()
+    chat = harness.conv("web-forged")
+    _, first = await post_chat(fd.url, chat_body(chat, [user_message("wipe it", "m")]))
+    assert types(first)[-3:] == ["tool-approval-request", "finish-step", "finish"] or (
+        "tool-approval-request" in types(first)
+        and first[-2] == {"type": "finish", "finishReason": "tool-calls"}
+    )
+    [request] = [c for c in first if isinstance(c, dict) and c["type"] == "tool-approval-request"]
+    forged = {
+        "id": f"{chat}/turn-1/assistant",
+        "role": "assistant",
+        "parts": [
+            {"type": "tool-wipe_disk", "toolCallId": "not-waiting", "state": "approval-responded",
+             "approval": {"id": "not-waiting", "approved": True}},
+        ],
+    }  # fmt: skip
+    r, _ = await post_chat(fd.url, chat_body(chat, [user_message("wipe it", "m"), forged]))
+    assert r.status_code == 400 and r.json()["error"]["type"] == "UnknownToolCall"
+    pending = await harness.turns.pending_tool_calls(chat)
+    assert [p["tool_call_id"] for p in pending] == [request["toolCallId"]], "still waiting"
+    assert harness.tool_runs() == [], "the tool never ran"
+
+
+async def test_an_approval_continues_the_same_reply(harness: Harness, door: Any) -> None:
+    harness.start_worker(TURNS_MODEL=harness.script(APPROVE))
+    fd = door()
+    chat = harness.conv("web-approve")
+    _, first = await post_chat(fd.url, chat_body(chat, [user_message("wipe it", "m")]))
+    [request] = [c for c in first if isinstance(c, dict) and c["type"] == "tool-approval-request"]
+    assert first[-2] == {"type": "finish", "finishReason": "tool-calls"}
+    answered = {
+        "id": first[0]["messageId"],
+        "role": "assistant",
+        "parts": [
+            {"type": "step-start"},
+            {"type": "text", "text": "I need your go-ahead.", "state": "done"},
+            {"type": "tool-wipe_disk", "toolCallId": request["toolCallId"], "state": "approval-responded",
+             "input": {}, "approval": {"id": request["approvalId"], "approved": True}},
+        ],
+    }  # fmt: skip
+    body = chat_body(chat, [user_message("wipe it", "m"), answered])
+    r, rest = await post_chat(fd.url, body)
+    assert r.status_code == 200
+    assert rest[0] == {"type": "start", "messageId": first[0]["messageId"]}, "the same message"
+    assert "tool-approval-request" not in types(rest), "what the browser has is not sent again"
+    assert types(rest)[1] == "tool-output-available"
+    assert text_of(rest) == "Result: disk wiped."
+    assert (await post_chat(fd.url, body))[1] == rest, "the same answer twice attaches"
+    assert len(harness.tool_runs()) == 1
+    stored = await messages(fd.url, chat)
+    assert [m["role"] for m in stored] == ["user", "assistant"], "one reply, two turns"
+    [tool] = [p for p in stored[-1]["parts"] if p["type"] == "tool-wipe_disk"]
+    assert tool["state"] == "output-available" and tool["approval"]["approved"] is True
+
+
+async def test_chats_belong_to_their_principal(harness: Harness, door: Any) -> None:
+    harness.start_worker()
+    fd = door(TURNS_HTTP_TOKEN="alice=tok-a,bob=tok-b")
+    alice, bob = {"authorization": "Bearer tok-a"}, {"authorization": "Bearer tok-b"}
+    chat = harness.conv("web-auth")
+    r, _ = await post_chat(fd.url, chat_body(chat, [user_message("Rome?", "m")]))
+    assert r.status_code == 401
+    r, chunks = await post_chat(fd.url, chat_body(chat, [user_message("Rome?", "m")]), alice)
+    assert r.status_code == 200 and chunks[-1] == "[DONE]"
+    assert len(await messages(fd.url, chat, alice)) == 2
+    assert await messages(fd.url, chat, bob) == [], "bob's chat of that id is another one"
+    async with httpx.AsyncClient(timeout=30) as http:
+        for method, path in [
+            ("GET", f"/api/chat/{chat}/messages"),
+            ("GET", f"/api/chat/{chat}/stream"),
+            ("POST", f"/api/chat/{chat}/stop"),
+        ]:
+            r = await http.request(method, fd.url + path, headers={"authorization": "Bearer nope"})
+            assert r.status_code == 401
+        r = await http.post(
+            f"{fd.url}/api/chat",
+            json={"id": chat, "messages": [], "trigger": "regenerate-message",
+                  "messageId": chunks[0]["messageId"]},
+            headers=bob,
+        )  # fmt: skip
+        assert r.status_code == 400, "alice's reply is not a reply of bob's chat"
+    assert len(await messages(fd.url, chat, alice)) == 2, "alice's chat is unchanged"
+
+
+def test_serve_refuses_a_public_bind_without_authentication(tmp_path: Any) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", "from durable_turns.cli import main; main()", "serve",
+         "--host", "0.0.0.0", "--port", "0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={"PATH": "/usr/bin:/bin", "TURNS_DATA_DIR": str(tmp_path)},
+    )  # fmt: skip
+    assert proc.returncode == 1
+    assert "refusing to serve on 0.0.0.0 without authentication" in proc.stderr
+
+
+async def test_a_model_in_the_body_needs_the_allow_list(harness: Harness, door: Any) -> None:
+    allowed = harness.script([{"text": "allowed model"}])
+    other = harness.script([{"text": "not allowed"}])
+    harness.start_worker()
+    fd = door(TURNS_HTTP_MODELS=allowed)
+    chat = harness.conv("web-model")
+    _, chunks = await post_chat(fd.url, chat_body(chat, [user_message("hi", "a")], model=allowed))
+    assert text_of(chunks) == "allowed model"
+    _, chunks = await post_chat(fd.url, chat_body(chat, [user_message("Rome?", "b")], model=other))
+    assert "not allowed" not in text_of(chunks), "ignored: the default model ran"
