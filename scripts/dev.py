@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -49,6 +50,25 @@ def ensure_env() -> None:
         stamp.write_text(digest)
 
 
+def ensure_js() -> None:
+    """The front door's tests drive the real ``ai`` npm client: install ``tests/js`` from its
+    lock file when it changed (skipped, and those tests with it, where there is no npm)."""
+    js = ROOT / "tests" / "js"
+    npm = shutil.which("npm")
+    if npm is None:
+        print("npm not found: the front door's browser-client tests will be skipped", flush=True)
+        return
+    installed = js / "node_modules" / ".package-lock.json"  # npm writes it as it installs
+    lock = js / "package-lock.json"
+    if not installed.exists() or installed.stat().st_mtime < lock.stat().st_mtime:
+        print("installing the tests' npm packages (tests/js) …", flush=True)
+        subprocess.run(
+            [npm, "ci", "--prefix", str(js), "--no-audit", "--no-fund", "--loglevel=error"],
+            cwd=ROOT,
+            check=True,
+        )
+
+
 def run(*cmd: str) -> int:
     return subprocess.run(list(cmd), cwd=ROOT).returncode
 
@@ -62,6 +82,7 @@ def main() -> None:
     if command == "demo":
         code = run(str(BIN / "turns"), "demo", *rest)
     elif command == "test":
+        ensure_js()
         code = run(str(PY), "-m", "pytest", *rest)
     elif command == "lint":
         code = run(str(BIN / "ruff"), "check", ".") or run(

@@ -1,0 +1,13 @@
+import { chromium } from "playwright-core";
+const b = await chromium.launch({ executablePath: "/usr/bin/chromium", args: ["--headless","--no-sandbox","--disable-gpu"] });
+const p = await b.newPage();
+await p.goto("http://127.0.0.1:28001/?chat=t1&model=demo:xss#token=sekrit");
+await p.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === "ready");
+console.log("url after load:", p.url(), "stored:", await p.evaluate(() => sessionStorage.getItem("durable-turns.token")));
+await p.fill('[data-testid=input]', "x"); await p.click('[data-testid=send]');
+await p.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === "ready" && document.querySelectorAll('[data-testid=message]').length === 2);
+console.log("title:", await p.title(), "imgs:", await p.evaluate(() => document.querySelectorAll('main img, main b, main script').length));
+console.log("text:", await p.evaluate(() => document.querySelector('[data-role=assistant] [data-testid=text]').textContent));
+await p.reload(); await p.waitForFunction(() => document.querySelector('[data-testid=status]').textContent === "ready");
+console.log("after reload msgs:", await p.evaluate(() => document.querySelectorAll('[data-testid=message]').length), await p.title());
+await b.close();
