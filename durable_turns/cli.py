@@ -19,7 +19,6 @@ import contextlib
 import importlib
 import json
 import os
-import socket
 import sys
 from typing import Any
 
@@ -31,7 +30,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_turns.client import TurnsClient
 from durable_turns.config import Settings, mask_url
 from durable_turns.contract import TurnResult, id_problem
-from durable_turns.devserver import EmbeddedServer, port_open
+from durable_turns.devserver import EmbeddedServer, port_free, port_open
 
 
 def _print_result(result: TurnResult) -> None:
@@ -388,15 +387,6 @@ def _load_callable(spec: str) -> Any:
         return getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as e:
         raise InvalidInput(f"--auth {spec!r}: {e}") from None
-
-
-def port_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 async def demo(args: argparse.Namespace, settings: Settings) -> int:

@@ -8,6 +8,7 @@ stops everything again (or keeps it up with ``--keep``).
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import uuid
 
@@ -17,6 +18,8 @@ from durable_turns.messages import TextPart, ToolCallPart, ToolResultPart
 from durable_turns.store import open_store
 
 QUESTIONS = ["What's the weather in Paris?", "And in Tokyo?"]
+
+FRONT_DOOR_PORTS = range(8000, 8010)
 
 
 async def run_demo(settings: Settings, keep: bool = False) -> int:
@@ -63,7 +66,17 @@ async def run_demo(settings: Settings, keep: bool = False) -> int:
             print(f"transcript:  turns transcript {conversation}")
             if keep:
                 print(f"\nTemporal UI: {link}")
-                print("server and worker keep running; Ctrl-C stops them.")
+                page = await _front_door(settings, conversation)
+                print(
+                    f"Chat page:   {page}"
+                    if page
+                    else "Chat page:   (pip install 'durable-turns[web]')"
+                )
+                print("server, worker and chat page keep running; Ctrl-C stops them.", flush=True)
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    pass
             elif server is not None:
                 print(
                     "\nTemporal UI: the demo stops its server as it ends, and the UI with it;"
@@ -77,3 +90,31 @@ async def run_demo(settings: Settings, keep: bool = False) -> int:
                     pass
     print("demo finished; nothing left running." if not keep else "stopped.")
     return 0
+
+
+async def _front_door(settings: Settings, conversation: str) -> str | None:
+    """Serve the chat page (``turns serve``'s app) beside the demo, on the first free port of
+    :data:`FRONT_DOOR_PORTS`; its address with the demo's conversation open, or None when the
+    web extra is not installed."""
+    try:  # importing FastAPI takes a second or two: not on the worker's event loop
+        web = await asyncio.to_thread(importlib.import_module, "durable_turns.web")
+        import uvicorn
+    except ImportError:
+        return None
+    from durable_turns.devserver import port_free
+
+    port = next((p for p in FRONT_DOOR_PORTS if port_free("127.0.0.1", p)), None)
+    if port is None:
+        return None
+    config = uvicorn.Config(
+        web.create_app(settings), host="127.0.0.1", port=port, log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    _background.add(task)
+    while not server.started and not task.done():  # noqa: ASYNC110 (uvicorn has no event)
+        await asyncio.sleep(0.05)
+    return f"http://127.0.0.1:{port}/?chat={conversation}" if server.started else None
+
+
+_background: set[asyncio.Task[None]] = set()

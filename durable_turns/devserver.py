@@ -92,6 +92,16 @@ def port_open(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def port_free(host: str, port: int) -> bool:
+    """Whether ``host:port`` can be bound now (nothing listens there)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 class EmbeddedServer:
     """``temporal server start-dev`` as a child process."""
 
