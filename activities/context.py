@@ -73,16 +73,16 @@ def assistant_message(
     parts = assistant_parts(steps, results)
     if not send_reasoning:
         parts = [p for p in parts if not isinstance(p, ReasoningPart)]
+    metadata: dict[str, Any] = {
+        "turn_number": turn.turn_number,
+        "request_id": turn.request_id,
+        "continuation": turn.continuation,
+        "status": status,
+    }
+    if turn.regenerates is not None:
+        metadata["regenerates"] = turn.regenerates
     return Message(
-        id=assistant_message_id(turn.turn_id),
-        role="assistant",
-        parts=parts,
-        metadata={
-            "turn_number": turn.turn_number,
-            "request_id": turn.request_id,
-            "continuation": turn.continuation,
-            "status": status,
-        },
+        id=assistant_message_id(turn.turn_id), role="assistant", parts=parts, metadata=metadata
     )
 
 

@@ -41,6 +41,8 @@ class TurnRecord(BaseModel):
     results and messages belong to that run; "" for a record written before owners existed."""
     by_conversation: bool = False
     """The owner was started by the turn's own conversation (not directly by a client)."""
+    regenerates: str | None = None
+    """A regenerating turn: the first message of the reply it superseded."""
 
 
 class StoreUnavailable(Exception):
