@@ -16,11 +16,13 @@ from temporalio.client import WorkflowUpdateFailedError
 
 from durable_turns.store.base import SUPERSEDED_BY
 from tests.support.harness import Harness
+from tests.support.probes import wait_until
 
 HOOKS = {
     "TURNS_HOOKS": "tests.support.hooks:RecordingHooks",
     "TURNS_TOOLS": "tests.support.tools,tests.support.hooks",
 }
+SLOW = "tests.support.slow_hooks:SlowHooks"
 COUNTING = [{"text": "{user} · {request.message_count} in"}]
 """Every turn one step: the user's text and the size of the context the model got."""
 
@@ -73,6 +75,39 @@ async def test_regenerate_the_last_reply(harness: Harness) -> None:
     assert [c["message_count"] for c in before_turn] == [1, 3, 3, 5]
     assert len(await store.messages(conv)) == 6
     assert len(await store.messages(conv, superseded=True)) == 7
+
+
+async def test_a_worker_killed_after_marking_leaves_one_regeneration(harness: Harness) -> None:
+    """begin_turn marks, then its worker dies in before_turn: the next worker runs begin_turn
+    again, finds the marks by the turn's key and builds the same context (the old reply is
+    no longer in the transcript it reads, so without the key it would find nothing)."""
+    conv = harness.conv("regen-crash")
+    model = harness.script(COUNTING)
+    harness.start_worker()
+    await harness.send(conv, "one", model=model)
+    await harness.send(conv, "two", model=model)
+    harness.workers[0].stop()
+
+    slow = harness.start_worker(TURNS_HOOKS=SLOW, TEST_SLOW_HOOK="before_turn:60")
+    record = await harness.turns.start_regenerate(conv, request_id="regen-crash")
+    store = await harness.store()
+    await wait_until(lambda: any(c.get("pid") == slow.proc.pid for c in harness.hook_calls()))
+    marked = [m for m in await store.messages(conv, superseded=True) if SUPERSEDED_BY in m.metadata]
+    assert [m.id for m in marked] == [f"{conv}/turn-2/assistant"]  # marked before before_turn
+    slow.kill()
+    harness.start_worker(TURNS_HOOKS=SLOW)
+    result = await asyncio.wait_for(harness.turns.result(conv, record), 90)
+    assert result.status == "completed", result.error
+    assert (result.turn_number, result.text) == (3, "two · 3 in")
+    everything = await store.messages(conv, superseded=True)
+    assert [m.metadata.get(SUPERSEDED_BY) for m in everything] == [
+        None,
+        None,
+        None,
+        f"{conv}/turn-3",
+        None,
+    ]
+    assert len({c["pid"] for c in harness.hook_calls() if c["hook"] == "before_turn"}) == 2
 
 
 async def test_a_regenerate_naming_nothing_to_regenerate_is_a_typed_error(
