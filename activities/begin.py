@@ -1,11 +1,12 @@
-"""``begin_turn``: persist the user's messages, ask ``before_turn``, record the turn's plan."""
+"""``begin_turn``: persist the user's messages (a regeneration: mark the reply it replaces
+superseded), ask ``before_turn``, record the turn's plan."""
 
 from __future__ import annotations
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from durable_turns.activities import compaction
+from durable_turns.activities import compaction, regenerate
 from durable_turns.activities import context as ctx_build
 from durable_turns.activities.compact import store_compaction
 from durable_turns.activities.deps import ActivityDeps
@@ -49,6 +50,11 @@ class BeginActivities:
             )
             # The transcript is read once here (again only after a compaction changed it).
             transcript = await deps.store.messages(ref.conversation_id)
+            if inp.regenerate is not None:
+                marked = await regenerate.supersede(deps.store, ref, inp.regenerate, transcript)
+                turn.regenerates = marked[0]
+                gone = set(marked)
+                transcript = [m for m in transcript if m.id not in gone]
             if inp.continuation and not _can_continue(transcript):
                 turn.status = "skipped"
                 await deps.store.save_turn(turn)

@@ -91,6 +91,8 @@ def assistant_message(
     approvals = {k: r.approval for k, r in results.items() if r.approval is not None}
     if approvals:
         metadata["approvals"] = approvals
+    if turn.regenerates is not None:
+        metadata["regenerates"] = turn.regenerates
     return Message(
         id=assistant_message_id(turn.turn_id), role="assistant", parts=parts, metadata=metadata
     )

@@ -124,8 +124,22 @@ class PatientStore(TranscriptStore):
             lambda: self.inner.put_message(conversation_id, message, turn_id, owner=owner)
         )
 
-    async def messages(self, conversation_id: str) -> list[Message]:
-        return await self._call(lambda: self.inner.messages(conversation_id))
+    async def messages(self, conversation_id: str, *, superseded: bool = False) -> list[Message]:
+        return await self._call(lambda: self.inner.messages(conversation_id, superseded=superseded))
+
+    async def supersede_messages(
+        self,
+        conversation_id: str,
+        from_message_id: str | None,
+        turn_id: str,
+        *,
+        owner: str | None = None,
+    ) -> list[str]:
+        return await self._call(
+            lambda: self.inner.supersede_messages(
+                conversation_id, from_message_id, turn_id, owner=owner
+            )
+        )
 
     async def save_turn(self, turn: TurnRecord) -> None:
         await self._call(lambda: self.inner.save_turn(turn))

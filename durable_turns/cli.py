@@ -5,9 +5,10 @@ turns worker [--tools M] [--hooks M:C]   run a worker (embedded server if no TEM
 turns server                        run only the embedded Temporal dev server
 turns chat CONV "message" [--model ID]   run a turn and print the reply
 turns continue CONV                 continue the last assistant message
+turns regenerate CONV [--message ID] regenerate the last reply (or the one named) and print it
 turns cancel CONV [--request ID]    cancel a queued request or the running turn
 turns state CONV                    the conversation's state as JSON
-turns transcript CONV               the stored messages
+turns transcript CONV               the stored messages (superseded ones marked)
 turns serve [--host H] [--port P]   the browser front door and its chat page
 """
 
@@ -20,6 +21,7 @@ import importlib
 import json
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
@@ -29,7 +31,13 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from durable_turns.client import TurnsClient
 from durable_turns.config import Settings, mask_url
-from durable_turns.contract import TurnResult, id_problem
+from durable_turns.contract import (
+    REGENERATE_LAST,
+    RequestRecord,
+    TurnResult,
+    id_problem,
+    regenerate_problem,
+)
 from durable_turns.devserver import EmbeddedServer, port_free, port_open
 
 
@@ -174,6 +182,34 @@ async def chat(args: argparse.Namespace, settings: Settings) -> int:
     """
     body = parse_body(args.body)
     check_model(args.model)
+    return await _run_turn(
+        settings,
+        args.conversation,
+        lambda client: client.start(args.conversation, args.message, model=args.model, body=body),
+    )
+
+
+async def regenerate(args: argparse.Namespace, settings: Settings) -> int:
+    """Regenerate the last reply (or ``--message ID``), printing the new one live as chat."""
+    body = parse_body(args.body)
+    check_model(args.model)
+    if problem := regenerate_problem(args.message):
+        raise InvalidInput(f"--message {args.message!r}: {problem}")
+    return await _run_turn(
+        settings,
+        args.conversation,
+        lambda client: client.start_regenerate(
+            args.conversation, args.message, model=args.model, body=body
+        ),
+    )
+
+
+async def _run_turn(
+    settings: Settings,
+    conversation: str,
+    start: Callable[[TurnsClient], Awaitable[RequestRecord]],
+) -> int:
+    """Start a turn (``start``), print its reply live, then its status (see :func:`chat`)."""
     client = await _client(settings)
     try:
         polling = await workers(client)
@@ -182,13 +218,13 @@ async def chat(args: argparse.Namespace, settings: Settings) -> int:
                 f"no worker polls task queue {client.task_queue!r} on {settings.address}:"
                 " start one with `turns worker` (or check TURNS_TASK_QUEUE)"
             )
-        started = await client.start(args.conversation, args.message, model=args.model, body=body)
+        started = await start(client)
         number = started.turn_number
         live: asyncio.Task[None] | None = None
         seen = [0]  # events the live printer has shown
         if number and client.stream_url not in ("none", "off"):
-            live = asyncio.create_task(_print_live(client, args.conversation, number, seen))
-        result = await client.result(args.conversation, started)
+            live = asyncio.create_task(_print_live(client, conversation, number, seen))
+        result = await client.result(conversation, started)
         await _finish_live(live)
         streamed = seen[0] > 0
         if streamed:
@@ -285,9 +321,10 @@ async def state(args: argparse.Namespace, settings: Settings) -> int:
 
 async def transcript(args: argparse.Namespace, settings: Settings) -> int:
     from durable_turns.store import open_store
+    from durable_turns.store.base import SUPERSEDED_BY
 
     async with open_store(settings.resolved_store_url) as store:
-        messages = await store.messages(args.conversation)
+        messages = await store.messages(args.conversation, superseded=True)
         if not messages:
             where = await _workers_store(settings)
             return fail(
@@ -298,7 +335,9 @@ async def transcript(args: argparse.Namespace, settings: Settings) -> int:
             if args.json:
                 print(message.model_dump_json())
                 continue
-            print(f"--- {message.role} ({message.id})")
+            by = message.metadata.get(SUPERSEDED_BY)
+            mark = f" · superseded by {by}" if by else ""
+            print(f"--- {message.role} ({message.id}){mark}")
             for part in message.parts:
                 print(_describe(part.model_dump()))
     return 0
@@ -416,6 +455,15 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--body", help="JSON object passed to the hooks as TurnContext.body")
     k = sub.add_parser("continue", help="continue the last assistant message")
     k.add_argument("conversation")
+    r = sub.add_parser("regenerate", help="regenerate a reply and print the new one")
+    r.add_argument("conversation")
+    r.add_argument(
+        "--message",
+        default=REGENERATE_LAST,
+        help="the stored id of the assistant message (default: last, the last reply)",
+    )
+    r.add_argument("--model", help="provider:model id (default: the last request's)")
+    r.add_argument("--body", help="JSON object for the hooks (default: the last request's)")
     x = sub.add_parser("cancel", help="cancel a request or the running turn")
     x.add_argument("conversation")
     x.add_argument("--request", help="request id (default: the running turn)")
@@ -434,6 +482,7 @@ def parser() -> argparse.ArgumentParser:
 COMMANDS = {
     "chat": chat,
     "continue": continue_turn,
+    "regenerate": regenerate,
     "cancel": cancel,
     "state": state,
     "transcript": transcript,

@@ -32,6 +32,7 @@ from durable_turns.contract import (
     CONVERSATION_WORKFLOW,
     HANDED_OVER,
     QUERY_STATE,
+    REGENERATE_LAST,
     SIGNAL_CANCEL,
     SIGNAL_CONTINUE,
     SIGNAL_SUBMIT,
@@ -45,6 +46,7 @@ from durable_turns.contract import (
     TurnResult,
     check_conversation_id,
     id_problem,
+    regenerate_problem,
     turn_id,
     turn_workflow_id,
 )
@@ -202,6 +204,67 @@ class TurnsClient:
                 cause = e.cause
                 if not (isinstance(cause, ApplicationError) and cause.type == HANDED_OVER):
                     raise
+
+    @staticmethod
+    def regenerate_request(
+        message_id: str = REGENERATE_LAST,
+        *,
+        model: str | None = None,
+        body: dict[str, Any] | None = None,
+        request_id: str | None = None,
+    ) -> dict[str, Any]:
+        """The JSON of a regenerate request (``submitMessages``/``sendMessage``/``startTurn``
+        with ``regenerate`` and no messages). ``model`` and ``body`` are sent only when
+        given: without them the conversation uses its last request's."""
+        if problem := regenerate_problem(message_id):
+            raise InvalidId(problem)
+        if request_id is not None and (problem := id_problem(request_id, "request id")):
+            raise InvalidId(problem)
+        request: dict[str, Any] = {
+            "regenerate": message_id,
+            "request_id": request_id or str(uuid.uuid4()),
+        }
+        if model is not None:
+            request["model"] = model
+        if body is not None:
+            request["body"] = body
+        return request
+
+    async def regenerate(
+        self,
+        conversation_id: str,
+        message_id: str = REGENERATE_LAST,
+        *,
+        request_id: str | None = None,
+        body: dict[str, Any] | None = None,
+        model: str | None = None,
+    ) -> TurnResult:
+        """Regenerate a reply and wait for the new one (``sendMessage`` with ``regenerate``).
+
+        ``message_id``: the stored id of an assistant message (``TurnResult.message_id``,
+        ``<conversation id>/turn-<n>/assistant``), or ``"last"``: the reply the transcript
+        ends with. The turn answers the user message before that reply again; the old reply
+        and everything after it stay stored, marked superseded, out of every later context.
+        Nothing to regenerate: a turn with status ``error`` and error type
+        ``NothingToRegenerate``, and nothing changed."""
+        check_conversation_id(conversation_id)
+        request = self.regenerate_request(message_id, model=model, body=body, request_id=request_id)
+        return await self._update_with_start(conversation_id, UPDATE_SEND, request, TurnResult)
+
+    async def start_regenerate(
+        self,
+        conversation_id: str,
+        message_id: str = REGENERATE_LAST,
+        *,
+        request_id: str | None = None,
+        body: dict[str, Any] | None = None,
+        model: str | None = None,
+    ) -> RequestRecord:
+        """:meth:`regenerate`, answering as soon as the turn has started (``startTurn``), as
+        :meth:`start` does: follow it with :meth:`chunks`, await it with :meth:`result`."""
+        check_conversation_id(conversation_id)
+        request = self.regenerate_request(message_id, model=model, body=body, request_id=request_id)
+        return await self._update_with_start(conversation_id, UPDATE_START, request, RequestRecord)
 
     async def submit(
         self,

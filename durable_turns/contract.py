@@ -12,7 +12,14 @@ import re
 import unicodedata
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from temporalio.common import SearchAttributeKey
 
 from durable_turns.messages import Message, Usage
@@ -71,6 +78,14 @@ when that id is taken, a retry suffix, so the derived turn id always fits."""
 MAX_MESSAGE_ID_BYTES = 128
 """A client-chosen message id: 1 to this many bytes, the id rules above and no ``/``. It is
 scoped to its request: the stored id is ``<request id>/<message id>``."""
+
+MAX_STORED_MESSAGE_ID_BYTES = MAX_ID_BYTES + 1 + MAX_MESSAGE_ID_BYTES
+"""A stored message id (what ``SubmitMessages.regenerate`` names): the id rules above, up
+to this many bytes, and ``/turn-<n>`` allowed (an assistant message's stored id is
+``<conversation id>/turn-<n>/assistant``, a user message's ``<request id>/<message id>``)."""
+
+REGENERATE_LAST = "last"
+"""``SubmitMessages.regenerate``: the reply the transcript ends with."""
 
 MAX_MODEL_ID_BYTES = 256
 """A ``provider:model`` id: at most this many bytes (the ``TurnModel`` search attribute
@@ -139,6 +154,10 @@ TOOL_ERROR = "ToolError"
 STORE_UNAVAILABLE = "StoreUnavailable"
 """The transcript store could not be reached for as long as the activity attempt could wait
 (retryable: the next attempt waits again)."""
+NOTHING_TO_REGENERATE = "NothingToRegenerate"
+"""A regenerate request names no assistant message of the conversation's transcript (an
+unknown id, a user message, a message superseded already), or ``"last"`` finds no reply at
+the transcript's end: the turn ends ``error`` and nothing is marked."""
 TURN_TAKEN_OVER = "TurnTakenOver"
 """The turn's stored data belongs to another workflow run (``TurnRef.owner``): this run may
 not write into it (non-retryable)."""
@@ -163,9 +182,14 @@ def validation_problems(error: ValidationError, limit: int | None = None) -> str
 
 
 def id_problem(
-    value: object, what: str = "conversation id", max_bytes: int = MAX_ID_BYTES
+    value: object,
+    what: str = "conversation id",
+    max_bytes: int = MAX_ID_BYTES,
+    *,
+    turn_ids: bool = False,
 ) -> str | None:
-    """Why ``value`` is not a valid id (None when it is): the rules of :data:`MAX_ID_BYTES`."""
+    """Why ``value`` is not a valid id (None when it is): the rules of :data:`MAX_ID_BYTES`
+    (``turn_ids``: ``/turn-<digit>`` allowed, as in the ids the engine stores)."""
     if not isinstance(value, str):
         return f"{what} must be a string"
     if not value:
@@ -178,7 +202,7 @@ def id_problem(
         return f"{what} is {size} bytes; the limit is {max_bytes} bytes"
     if not value.isprintable() and any(unicodedata.category(c) == "Cc" for c in value):
         return f"{what} contains a NUL or another control character"
-    if TURN_ID_PATTERN.search(value):
+    if not turn_ids and TURN_ID_PATTERN.search(value):
         return f"{what} contains '/turn-<digit>', which is reserved for turn ids"
     return None
 
@@ -189,6 +213,14 @@ def message_id_problem(value: str) -> str | None:
     if problem is None and "/" in value:
         problem = "message id contains '/', which is reserved for scoping"
     return problem
+
+
+def regenerate_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a ``regenerate`` target (None when it can): ``"last"`` or a
+    stored message id (:data:`MAX_STORED_MESSAGE_ID_BYTES`)."""
+    if value == REGENERATE_LAST:
+        return None
+    return id_problem(value, "regenerate", MAX_STORED_MESSAGE_ID_BYTES, turn_ids=True)
 
 
 def model_id_problem(value: str) -> str | None:
@@ -231,9 +263,18 @@ class _Wire(BaseModel):
 
 
 class SubmitMessages(_Wire):
-    """``submitMessages`` signal / ``sendMessage`` update: new messages that start a turn."""
+    """``submitMessages`` signal / ``sendMessage`` / ``startTurn`` update: new messages that
+    start a turn, or (``regenerate``) a turn that answers an earlier user message again."""
 
-    messages: list[Message] = Field(min_length=1)
+    messages: list[Message] = Field(default_factory=list)
+    """At least one, unless ``regenerate`` is set; then none."""
+    regenerate: str | None = None
+    """Regenerate a reply instead of sending messages: the stored id of an assistant message
+    (``<conversation id>/turn-<n>/assistant``) or ``"last"`` (the reply the transcript ends
+    with). The turn answers the user message before that reply again; the reply (the whole
+    reply, when continuations extended it) and every message after it stay in the store,
+    marked superseded by the new turn, and leave every later context. Without ``model`` or
+    ``body``, the last request's are used (as ``continueLastTurn`` does)."""
     request_id: str | None = None
     """Chosen by the client for idempotency and cancellation; generated when absent."""
     body: dict[str, Any] = Field(default_factory=dict)
@@ -262,6 +303,14 @@ class SubmitMessages(_Wire):
     def _request_id(cls, value: str | None) -> str | None:
         return _valid_request_id(value)
 
+    @field_validator("regenerate")
+    @classmethod
+    def _regenerate(cls, value: str | None) -> str | None:
+        problem = regenerate_problem(value) if value is not None else None
+        if problem:
+            raise ValueError(problem)
+        return value
+
     @field_validator("model")
     @classmethod
     def _model(cls, value: str | None) -> str | None:
@@ -269,6 +318,17 @@ class SubmitMessages(_Wire):
         if problem:
             raise ValueError(problem)
         return value
+
+    @model_validator(mode="after")
+    def _messages_or_regenerate(self) -> SubmitMessages:
+        if self.regenerate is None and not self.messages:
+            raise ValueError("messages: at least one message is needed (or regenerate)")
+        if self.regenerate is not None and self.messages:
+            raise ValueError(
+                "messages: a regenerate request takes no messages (it answers the user"
+                " message before the reply again)"
+            )
+        return self
 
 
 def _valid_request_id(value: str | None) -> str | None:
@@ -330,9 +390,12 @@ class PendingRequest(_Wire):
 
     request_id: str
     kind: str = "submit"
+    """``submit``, ``continue`` or ``regenerate``."""
     messages: list[Message] = Field(default_factory=list)
     body: dict[str, Any] = Field(default_factory=dict)
     model: str | None = None
+    regenerate: str | None = None
+    """What a ``regenerate`` request names (``SubmitMessages.regenerate``)."""
     size: int = 0
     """Encoded bytes of the request (counts against ``MAX_QUEUED_BYTES``)."""
 
@@ -380,6 +443,9 @@ class TurnInput(_Wire):
     body: dict[str, Any] = Field(default_factory=dict)
     model: str | None = None
     max_steps: int | None = None
+    regenerate: str | None = None
+    """The assistant message this turn regenerates (``SubmitMessages.regenerate``); None for
+    every other turn."""
 
 
 class TurnResult(_Wire):
@@ -413,7 +479,7 @@ class RequestRecord(_Wire):
     """What ``state`` shows of one request."""
 
     request_id: str
-    kind: Literal["submit", "continue"] = "submit"
+    kind: Literal["submit", "continue", "regenerate"] = "submit"
     status: RequestStatus = "queued"
     turn_number: int | None = None
     error: ErrorInfo | None = None
@@ -482,6 +548,8 @@ class BeginTurnInput(_Wire):
     max_steps: int | None = None
     attempt: int = 0
     """Re-runs of the turn after a compaction count up from 0."""
+    regenerate: str | None = None
+    """Mark the reply this names superseded by the turn before assembling its context."""
 
 
 class TurnPlan(_Wire):

@@ -55,8 +55,12 @@ async def record(harness: Harness, conversation: str) -> list[WorkflowHistory]:
     await harness.send(conversation, "fails", model="nosuch:model")
     await harness.client.get_workflow_handle(conversation).signal("submitMessages", {"bad": True})
     await harness.send(conversation, "after", model="demo:echo")
+    # a regeneration of the last reply, and one naming no message (a typed error)
+    await harness.turns.regenerate(conversation)
+    await harness.turns.regenerate(conversation, f"{conversation}/turn-99/assistant")
     histories = [await harness.client.get_workflow_handle(conversation).fetch_history()]
-    for n in range(1, 5):
+    turns = (await harness.turns.state(conversation)).turn_count
+    for n in range(1, turns + 1):
         histories.append(
             await harness.client.get_workflow_handle(f"{conversation}/turn-{n}").fetch_history()
         )

@@ -38,6 +38,8 @@ async def test_an_id_with_a_nul_is_a_typed_invalid_request(store: TranscriptStor
     for call in (
         lambda: store.add_messages("conv\x00", [user_message("hi")]),
         lambda: store.messages("conv\x00"),
+        lambda: store.messages("conv\x00", superseded=True),
+        lambda: store.supersede_messages("conv", "m\x00", "conv/turn-2"),
         lambda: store.get_turn("turn\x00"),
         lambda: store.turn_state("turn\x00", transcript=True),
         lambda: store.save_turn(

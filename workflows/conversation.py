@@ -296,10 +296,11 @@ class ConversationWorkflow:
                 body=request.body,
                 model=model,
                 max_steps=self._settings.max_steps,
+                regenerate=request.regenerate,
             ),
             id=workflow_id,
             result_type=TurnResult,
-            static_summary=_summary(number, conversation_id, model, continuation),
+            static_summary=_summary(number, conversation_id, model, request.kind),
             static_details=_details(request),
             search_attributes=TypedSearchAttributes(
                 [
@@ -562,6 +563,8 @@ class ConversationWorkflow:
         request_id = req.request_id or str(workflow.uuid4())
         if request_id in self._records:
             return request_id  # idempotent: the same request id is accepted once
+        if req.regenerate is not None:
+            return self._enqueue_regenerate(req, request_id, size)
         # Message ids are scoped to their request: a client-chosen id can neither collide
         # with another request's messages nor with the engine's own (turn-derived) ids.
         messages = [
@@ -585,6 +588,28 @@ class ConversationWorkflow:
         self._records[request_id] = RequestRecord(request_id=request_id)
         self._last_body = req.body
         self._last_model = req.model
+        return request_id
+
+    def _enqueue_regenerate(self, req: SubmitMessages, request_id: str, size: int) -> str:
+        """A regeneration: no new messages; the marking is ``begin_turn``'s. Without a
+        ``body`` or ``model``, the last request's (as ``continueLastTurn``)."""
+        given = req.model_fields_set
+        body = req.body if "body" in given else self._last_body
+        model = req.model if "model" in given else self._last_model
+        self._queue.append(
+            PendingRequest(
+                request_id=request_id,
+                kind="regenerate",
+                regenerate=req.regenerate,
+                body=body,
+                model=model,
+                size=size,
+            )
+        )
+        self._queued_bytes += size
+        self._records[request_id] = RequestRecord(request_id=request_id, kind="regenerate")
+        self._last_body = body
+        self._last_model = model
         return request_id
 
     def _reject(self, value: Any, error_type: str, message: str) -> None:
@@ -664,14 +689,16 @@ def _explain(error: ValidationError) -> str:
     return f"malformed request: {validation_problems(error, limit=5)}"
 
 
-def _summary(number: int, conversation_id: str, model: str | None, continuation: bool) -> str:
-    kind = "continuation" if continuation else "turn"
+def _summary(number: int, conversation_id: str, model: str | None, request_kind: str) -> str:
+    kind = {"continue": "continuation", "regenerate": "regeneration"}.get(request_kind, "turn")
     text = f"{kind} {number} · conv {conversation_id}" + (f" · {model}" if model else "")
     return text[:200]
 
 
 def _details(request: PendingRequest) -> str:
     lines = [f"**request** `{request.request_id}` ({request.kind})"]
+    if request.regenerate is not None:
+        lines.append(f"**regenerates** `{request.regenerate}`")
     for message in request.messages:
         head = message.text[:500]
         lines.append(f"### {message.role}\n{head}")

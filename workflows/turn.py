@@ -211,10 +211,12 @@ class TurnWorkflow:
             model=inp.model,
             max_steps=inp.max_steps,
             attempt=run,
+            regenerate=inp.regenerate,
         )
         summary = (
             "begin turn"
             + (" (continuation)" if inp.continuation else "")
+            + (f" (regenerate {inp.regenerate})"[:200] if inp.regenerate else "")
             + (f" · re-run {run} after compaction" if run else "")
         )
         plan = await self._bookkeeping(

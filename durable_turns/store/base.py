@@ -41,6 +41,8 @@ class TurnRecord(BaseModel):
     results and messages belong to that run; "" for a record written before owners existed."""
     by_conversation: bool = False
     """The owner was started by the turn's own conversation (not directly by a client)."""
+    regenerates: str | None = None
+    """A regenerating turn: the first message of the reply it superseded."""
 
 
 class StoreUnavailable(Exception):
@@ -138,7 +140,8 @@ class TurnState(BaseModel):
     results: dict[str, ToolResultRecord]
     """The turn's tool results, by tool call id."""
     transcript: list[Message] | None = None
-    """The conversation's messages, oldest first, when asked for."""
+    """The conversation's messages, oldest first, when asked for (without superseded ones,
+    as ``TranscriptStore.messages``)."""
 
 
 class ParsedMessages:
@@ -191,6 +194,20 @@ class ParsedMessages:
 parse_messages = ParsedMessages()
 """Stored message bodies (JSON), in their order, as (shared) messages."""
 
+SUPERSEDED_BY = "superseded_by"
+"""The metadata key ``messages(superseded=True)`` reports a superseded message's mark under."""
+
+
+def parse_marked_messages(rows: Iterable[tuple[str, str | None]]) -> list[Message]:
+    """Stored (body, superseded_by) rows as messages, each superseded one a copy with
+    ``metadata["superseded_by"]`` (the shared parsed messages are never changed)."""
+    rows = list(rows)
+    messages = parse_messages(body for body, _ in rows)
+    return [
+        m if by is None else m.model_copy(update={"metadata": {**m.metadata, SUPERSEDED_BY: by}})
+        for m, (_, by) in zip(messages, rows, strict=True)
+    ]
+
 
 def parse_steps(bodies: Iterable[str]) -> list[StepRecord]:
     """Stored step bodies (JSON), in their order, as step records."""
@@ -217,6 +234,7 @@ STORE_METHODS = (
     "add_messages",
     "put_message",
     "messages",
+    "supersede_messages",
     "save_turn",
     "claim_turn",
     "get_turn",
@@ -307,8 +325,34 @@ class TranscriptStore(abc.ABC):
         """Insert or replace one message (keeps its position in the transcript)."""
 
     @abc.abstractmethod
-    async def messages(self, conversation_id: str) -> list[Message]:
-        """The transcript, oldest first."""
+    async def messages(self, conversation_id: str, *, superseded: bool = False) -> list[Message]:
+        """The transcript, oldest first, without the messages a regeneration superseded
+        (what every context is built from). ``superseded``: every stored message, each
+        superseded one a copy with ``metadata["superseded_by"]`` set to the turn that
+        superseded it (see :meth:`supersede_messages`)."""
+
+    @abc.abstractmethod
+    async def supersede_messages(
+        self,
+        conversation_id: str,
+        from_message_id: str | None,
+        turn_id: str,
+        *,
+        owner: str | None = None,
+    ) -> list[str]:
+        """Mark message ``from_message_id`` and every message stored after it superseded by
+        ``turn_id`` (a turn that regenerates it), in one transaction. They stay stored
+        (bodies unchanged), :meth:`messages` leaves them out from then on, and
+        ``messages(superseded=True)`` reports them. A message superseded already (by an
+        earlier regeneration) keeps its mark.
+
+        Keyed by ``turn_id``: once some message of the conversation is marked by it, nothing
+        more is marked and those ids are returned, whatever ``from_message_id`` says (a
+        retried activity marks once). Returns the ids marked by ``turn_id``, oldest first;
+        [] and nothing marked when ``from_message_id`` is None (a question only) or names no
+        message of the conversation that is not superseded. With ``owner``, only while that
+        run owns turn ``turn_id`` (else TurnNotOwned); a run that takes the turn over
+        (:meth:`claim_turn`) clears the marks the turn made before."""
 
     # turns
     @abc.abstractmethod

@@ -68,12 +68,19 @@ from durable_turns.store.base import (
     kept_record,
     mask_url,
     owns,
+    parse_marked_messages,
     parse_messages,
     parse_steps,
     parse_tool_results,
 )
 
-MESSAGES = "SELECT body FROM messages WHERE conversation_id = $1 ORDER BY seq"
+MESSAGES = (
+    "SELECT body FROM messages WHERE conversation_id = $1 AND superseded_by IS NULL ORDER BY seq"
+)
+ALL_MESSAGES = "SELECT body, superseded_by FROM messages WHERE conversation_id = $1 ORDER BY seq"
+SUPERSEDED = (
+    "SELECT id FROM messages WHERE conversation_id = $1 AND superseded_by = $2 ORDER BY seq"
+)
 STEPS = "SELECT body FROM steps WHERE turn_id = $1 AND run = $2 ORDER BY step"
 TOOL_RESULTS = "SELECT body FROM tool_results WHERE turn_id = $1 ORDER BY tool_call_id"
 
@@ -118,6 +125,14 @@ MIGRATIONS: list[tuple[int, str]] = [
         """
         ALTER TABLE turns ADD COLUMN owner text NOT NULL DEFAULT '';
         CREATE INDEX messages_by_turn ON messages (turn_id);
+        """,
+    ),
+    (
+        3,
+        """
+        ALTER TABLE messages ADD COLUMN superseded_by text;
+        CREATE INDEX messages_superseded ON messages (conversation_id, superseded_by)
+            WHERE superseded_by IS NOT NULL;
         """,
     ),
 ]
@@ -336,9 +351,50 @@ class PostgresStore(TranscriptStore):
             )
 
     @_available
-    async def messages(self, conversation_id: str) -> list[Message]:
+    async def messages(self, conversation_id: str, *, superseded: bool = False) -> list[Message]:
+        if superseded:
+            rows = await self.pool.fetch(ALL_MESSAGES, conversation_id)
+            return parse_marked_messages((r["body"], r["superseded_by"]) for r in rows)
         rows = await self.pool.fetch(MESSAGES, conversation_id)
         return parse_messages(r["body"] for r in rows)
+
+    @_available
+    async def supersede_messages(
+        self,
+        conversation_id: str,
+        from_message_id: str | None,
+        turn_id: str,
+        *,
+        owner: str | None = None,
+    ) -> list[str]:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await self._check_owner(conn, turn_id, owner)
+            # one writer at a time per conversation, as add_messages: the check and the mark
+            # of two attempts of one turn never interleave
+            await conn.execute(
+                "SELECT pg_advisory_xact_lock($1::integer, $2::integer)",
+                _CONVERSATION_LOCK_CLASS,
+                _int32_key(conversation_id),
+            )
+            done = await conn.fetch(SUPERSEDED, conversation_id, turn_id)
+            if done or from_message_id is None:
+                return [r["id"] for r in done]
+            seq = await conn.fetchval(
+                "SELECT seq FROM messages"
+                " WHERE conversation_id = $1 AND id = $2 AND superseded_by IS NULL",
+                conversation_id,
+                from_message_id,
+            )
+            if seq is None:
+                return []
+            await conn.execute(
+                "UPDATE messages SET superseded_by = $1"
+                " WHERE conversation_id = $2 AND seq >= $3 AND superseded_by IS NULL",
+                turn_id,
+                conversation_id,
+                seq,
+            )
+            return [r["id"] for r in await conn.fetch(SUPERSEDED, conversation_id, turn_id)]
 
     # turns
     @staticmethod
@@ -395,6 +451,12 @@ class PostgresStore(TranscriptStore):
                 await conn.execute("DELETE FROM tool_results WHERE turn_id = $1", turn.turn_id)
                 await conn.execute(
                     "DELETE FROM messages WHERE conversation_id = $1 AND turn_id = $2",
+                    turn.conversation_id,
+                    turn.turn_id,
+                )
+                await conn.execute(
+                    "UPDATE messages SET superseded_by = NULL"
+                    " WHERE conversation_id = $1 AND superseded_by = $2",
                     turn.conversation_id,
                     turn.turn_id,
                 )

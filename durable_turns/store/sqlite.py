@@ -23,6 +23,7 @@ from durable_turns.store.base import (
     claim_decision,
     kept_record,
     owns,
+    parse_marked_messages,
     parse_messages,
     parse_steps,
     parse_tool_results,
@@ -30,7 +31,11 @@ from durable_turns.store.base import (
 
 T = TypeVar("T")
 
-MESSAGES = "SELECT body FROM messages WHERE conversation_id = ? ORDER BY seq"
+MESSAGES = (
+    "SELECT body FROM messages WHERE conversation_id = ? AND superseded_by IS NULL ORDER BY seq"
+)
+ALL_MESSAGES = "SELECT body, superseded_by FROM messages WHERE conversation_id = ? ORDER BY seq"
+SUPERSEDED = "SELECT id FROM messages WHERE conversation_id = ? AND superseded_by = ? ORDER BY seq"
 STEPS = "SELECT body FROM steps WHERE turn_id = ? AND run = ? ORDER BY step"
 TOOL_RESULTS = "SELECT body FROM tool_results WHERE turn_id = ?"
 
@@ -42,6 +47,7 @@ CREATE TABLE IF NOT EXISTS messages (
     role TEXT NOT NULL,
     turn_id TEXT,
     body TEXT NOT NULL,
+    superseded_by TEXT,
     UNIQUE (conversation_id, id)
 );
 CREATE TABLE IF NOT EXISTS turns (
@@ -84,11 +90,17 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection) -> None:
-        """Files written before turn owners existed get the ``owner`` column."""
-        columns = {row[1] for row in conn.execute("PRAGMA table_info(turns)")}
-        if "owner" not in columns:
+        """Files written before turn owners existed get the ``owner`` column, files written
+        before regeneration the ``superseded_by`` column (NULL: not superseded)."""
+        for table, column, ddl in (
+            ("turns", "owner", "owner TEXT NOT NULL DEFAULT ''"),
+            ("messages", "superseded_by", "superseded_by TEXT"),
+        ):
+            columns = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            if column in columns:
+                continue
             try:
-                conn.execute("ALTER TABLE turns ADD COLUMN owner TEXT NOT NULL DEFAULT ''")
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {ddl}")
             except sqlite3.OperationalError as e:  # another process added it meanwhile
                 if "duplicate column" not in str(e):
                     raise
@@ -162,9 +174,41 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
 
         await self._txn(run)
 
-    async def messages(self, conversation_id: str) -> list[Message]:
+    async def messages(self, conversation_id: str, *, superseded: bool = False) -> list[Message]:
+        if superseded:
+            rows = await self._run(ALL_MESSAGES, (conversation_id,))
+            return parse_marked_messages((body, by) for (body, by) in rows)
         rows = await self._run(MESSAGES, (conversation_id,))
         return parse_messages(body for (body,) in rows)
+
+    async def supersede_messages(
+        self,
+        conversation_id: str,
+        from_message_id: str | None,
+        turn_id: str,
+        *,
+        owner: str | None = None,
+    ) -> list[str]:
+        def run(conn: sqlite3.Connection) -> list[str]:
+            self._check_owner(conn, turn_id, owner)
+            done = conn.execute(SUPERSEDED, (conversation_id, turn_id)).fetchall()
+            if done or from_message_id is None:
+                return [id for (id,) in done]
+            row = conn.execute(
+                "SELECT seq FROM messages"
+                " WHERE conversation_id = ? AND id = ? AND superseded_by IS NULL",
+                (conversation_id, from_message_id),
+            ).fetchone()
+            if row is None:
+                return []
+            conn.execute(
+                "UPDATE messages SET superseded_by = ?"
+                " WHERE conversation_id = ? AND seq >= ? AND superseded_by IS NULL",
+                (turn_id, conversation_id, row[0]),
+            )
+            return [id for (id,) in conn.execute(SUPERSEDED, (conversation_id, turn_id))]
+
+        return await self._txn(run)
 
     # turns
     @staticmethod
@@ -213,6 +257,11 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
                     conn.execute(f"DELETE FROM {table} WHERE turn_id = ?", (turn.turn_id,))
                 conn.execute(
                     "DELETE FROM messages WHERE conversation_id = ? AND turn_id = ?",
+                    (turn.conversation_id, turn.turn_id),
+                )
+                conn.execute(
+                    "UPDATE messages SET superseded_by = NULL"
+                    " WHERE conversation_id = ? AND superseded_by = ?",
                     (turn.conversation_id, turn.turn_id),
                 )
             self._upsert_turn(conn, record)

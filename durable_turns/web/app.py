@@ -148,11 +148,10 @@ class FrontDoor:
         if target != "last" and not target.startswith(f"{conv}/turn-"):
             raise BadRequest(400, "InvalidRequest", "messageId is not a reply of this chat")
         request_id = "ui-regenerate-" + hashlib.sha256(target.encode()).hexdigest()[:24]
-        start_regenerate = getattr(self.client, "start_regenerate", None)
-        if start_regenerate is None:
-            raise BadRequest(501, "NotImplemented", "regenerate is not available")
         record = await self._call(
-            start_regenerate(conv, target, body=body, model=model, request_id=request_id)
+            self.client.start_regenerate(
+                conv, target, body=body or None, model=model, request_id=request_id
+            )
         )
         if record.turn_number is None:
             return Reply(conv, 0, protocol.assistant_id(conv, 0), ended=record.status)
