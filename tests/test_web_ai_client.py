@@ -220,3 +220,27 @@ async def test_a_retried_provider_stream_never_reaches_the_final_message(
         assert result["error"] is not None and "resume" in result["error"]["message"]
         replay = await send(fd, version, chat, [user_message("go", "u1")], headers=headers)
         assert canonical(assert_clean(replay)) == canonical(stored), "the same POST replays"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_regenerate_replaces_the_reply_and_keeps_the_old_one_stored(
+    harness: Harness, door: Any, version: int
+) -> None:
+    harness.start_worker(TURNS_MODEL=harness.script([{"text": "seen {request.message_count}"}]))
+    fd = door()
+    chat = harness.conv(f"ai{version}-regen")
+    user = user_message("hello", "u1")
+    first = assert_clean(await send(fd, version, chat, [user]))
+    # chat.regenerate(): the reply leaves the list, and its id is the messageId
+    again = assert_clean(
+        await send(fd, version, chat, [user], trigger="regenerate-message", messageId=first["id"])
+    )
+    assert again["id"] != first["id"]
+    assert canonical(again) == canonical(await stored_reply(fd.url, chat))
+    text = "".join(p["text"] for p in again["parts"] if p["type"] == "text")
+    assert text == "seen 1", "the old reply is left out of the new turn's context"
+    async with httpx.AsyncClient(timeout=30) as http:
+        listed = (await http.get(f"{fd.url}/api/chat/{chat}/messages")).json()
+    assert [m["id"] for m in listed] == ["u1", again["id"]]
+    kept = await (await harness.store()).messages(chat, superseded=True)
+    assert first["id"] in [m.id for m in kept], "the old reply stays in the store"
