@@ -410,12 +410,17 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     config = uvicorn.Config(
         app, host=args.host, port=args.port, log_level="warning", lifespan="on", access_log=False
     )
-    print(
-        f"front door on http://{args.host}:{args.port}/ (chat page; API under /api/chat)",
-        flush=True,
-    )
-    await uvicorn.Server(config).serve()
-    return 0
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    while not server.started and not serving.done():  # noqa: ASYNC110 (uvicorn has no event)
+        await asyncio.sleep(0.02)
+    if server.started:  # only once it listens
+        print(
+            f"front door on http://{args.host}:{args.port}/ (chat page; API under /api/chat)",
+            flush=True,
+        )
+    await serving
+    return 0 if server.started else 1
 
 
 def _load_callable(spec: str) -> Any:

@@ -95,6 +95,8 @@ def port_open(host: str, port: int) -> bool:
 def port_free(host: str, port: int) -> bool:
     """Whether ``host:port`` can be bound now (nothing listens there)."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        # as servers bind (uvicorn does): a closed server's TIME_WAIT sockets don't count
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

@@ -368,6 +368,12 @@ async def test_an_approval_continues_the_same_reply(harness: Harness, door: Any)
     _, first = await post_chat(fd.url, chat_body(chat, [user_message("wipe it", "m")]))
     [request] = [c for c in first if isinstance(c, dict) and c["type"] == "tool-approval-request"]
     assert first[-2] == {"type": "finish", "finishReason": "tool-calls"}
+    # a new message while the reply waits on this browser: refused, nothing queued
+    r, _ = await post_chat(
+        fd.url, chat_body(chat, [user_message("wipe it", "m"), user_message("hm?", "n")])
+    )
+    assert r.status_code == 409 and r.json()["error"]["type"] == "TurnWaiting"
+    assert (await harness.turns.state(chat)).queue == []
     answered = {
         "id": first[0]["messageId"],
         "role": "assistant",

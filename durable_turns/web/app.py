@@ -133,6 +133,7 @@ class FrontDoor:
         if last.role != "user":
             raise BadRequest(400, "InvalidRequest", "the last message must be a user message")
         message, request_id = engine_message(last)
+        await self._refuse_while_waiting(conv, request_id)
         record = await self._call(
             self.client.start(conv, [message], body=body, model=model, request_id=request_id)
         )
@@ -141,6 +142,27 @@ class FrontDoor:
         head = record.turn_number
         return Reply(conv, head, protocol.assistant_id(conv, head))
 
+    async def _refuse_while_waiting(self, conv: str, request_id: str) -> None:
+        """A new message while the running reply waits for the browser (an approval, a
+        client tool) would queue behind a turn that waits on this very browser: 409, and
+        nothing is queued. The same request again (already queued or run) goes through."""
+        state = await self.state(conv)
+        running = state.running if state else None
+        if running is None or running.turn_number is None or running.request_id == request_id:
+            return
+        assert state is not None
+        if any(r.request_id == request_id for r in (*state.queue, *state.recent)):
+            return
+        pending = await self._call(self.client.pending_tool_calls(conv))
+        if pending:
+            names = ", ".join(sorted({str(p.get("tool_name")) for p in pending}))
+            raise BadRequest(
+                409,
+                "TurnWaiting",
+                f"the reply waits for the browser's answer ({names}): answer it, or stop the"
+                " turn (POST /api/chat/{id}/stop), before sending a new message",
+            )
+
     async def _regenerate(
         self, conv: str, request: ChatRequest, body: dict[str, Any], model: str | None
     ) -> Reply:
@@ -148,6 +170,7 @@ class FrontDoor:
         if target != "last" and not target.startswith(f"{conv}/turn-"):
             raise BadRequest(400, "InvalidRequest", "messageId is not a reply of this chat")
         request_id = "ui-regenerate-" + hashlib.sha256(target.encode()).hexdigest()[:24]
+        await self._refuse_while_waiting(conv, request_id)
         record = await self._call(
             self.client.start_regenerate(
                 conv, target, body=body or None, model=model, request_id=request_id
@@ -210,7 +233,9 @@ class FrontDoor:
         except RPCError as e:
             if e.status == RPCStatusCode.NOT_FOUND:
                 raise BadRequest(404, "NotFound", "no such conversation") from None
-            raise BadRequest(503, "TemporalUnavailable", e.message) from None
+            if e.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+                raise BadRequest(503, "TemporalUnavailable", e.message) from None
+            raise BadRequest(502, "TemporalError", e.message) from None
 
     # --- reading replies ----------------------------------------------------------------
 

@@ -147,3 +147,32 @@ async def ai_client(spec: dict[str, Any], within: float = 90) -> dict[str, Any]:
 def canonical(value: Any) -> str:
     """JSON with sorted keys: the byte-for-byte comparison of two messages."""
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def chromium_available() -> bool:
+    return (
+        shutil.which("chromium") is not None and (JS / "node_modules" / "playwright-core").exists()
+    )
+
+
+needs_chromium = pytest.mark.skipif(
+    not chromium_available(), reason="Debian's chromium or playwright-core is not installed"
+)
+
+
+async def browser(spec: dict[str, Any], within: float = 120) -> dict[str, Any]:
+    """Drive the chat page in headless Chromium (``tests/js/browser.mjs``)."""
+    proc = await asyncio.create_subprocess_exec(
+        "node",
+        str(JS / "browser.mjs"),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=JS,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(json.dumps(spec).encode()), within)
+    if not out.strip():
+        raise RuntimeError(
+            f"browser.mjs printed nothing ({proc.returncode}): {err.decode()[-3000:]}"
+        )
+    return dict(json.loads(out.decode().strip().splitlines()[-1]))
