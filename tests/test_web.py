@@ -449,3 +449,41 @@ async def test_a_model_in_the_body_needs_the_allow_list(harness: Harness, door: 
     assert text_of(chunks) == "allowed model"
     _, chunks = await post_chat(fd.url, chat_body(chat, [user_message("Rome?", "b")], model=other))
     assert "not allowed" not in text_of(chunks), "ignored: the default model ran"
+
+
+async def test_watchers_share_one_reader_and_the_stream_bound_holds(
+    harness: Harness, door: Any
+) -> None:
+    harness.start_worker(TURNS_MODEL=harness.script(SLOW))
+    fd = door(TURNS_HTTP_MAX_STREAMS="4")
+    chat = harness.conv("web-many")
+    post = asyncio.create_task(post_chat(fd.url, chat_body(chat, [user_message("go", "m")])))
+    await wait_until(lambda: _running(harness, chat))
+
+    async def watch() -> list[Any]:
+        async with (
+            httpx.AsyncClient(timeout=60) as http,
+            http.stream("GET", f"{fd.url}/api/chat/{chat}/stream") as r,
+        ):
+            return await sse_chunks(r) if r.status_code == 200 else [r.status_code]
+
+    watchers = [asyncio.create_task(watch()) for _ in range(3)]
+    async with httpx.AsyncClient(timeout=30) as http:
+
+        async def health() -> Any:
+            return (await http.get(f"{fd.url}/api/health")).json()
+
+        await wait_until(lambda: _health_is(health, 4))
+        assert (await health())["streams_followed"] == 1, "one reader for four responses"
+        r = await http.get(f"{fd.url}/api/chat/{chat}/stream")
+        assert r.status_code == 503 and r.json()["error"]["type"] == "TooManyStreams"
+    _, posted = await post
+    watched = await asyncio.gather(*watchers)
+    assert all(text_of(w) == text_of(posted) == " ".join(["word"] * 60) for w in watched)
+    async with httpx.AsyncClient(timeout=30) as http:
+        final = (await http.get(f"{fd.url}/api/health")).json()
+    assert final["open_streams"] == 0 and final["streams_followed"] == 0, "nothing leaks"
+
+
+async def _health_is(health: Any, open_streams: int) -> bool:
+    return bool((await health())["open_streams"] == open_streams)

@@ -49,7 +49,7 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
     ) -> contextlib.AbstractAsyncContextManager[asyncio.Event | None]:
         if self._wake is None:
             return contextlib.nullcontext(None)
-        return self._wake.listen()
+        return self._wake.listen(stream_id)
 
     async def close(self) -> None:
         if self._wake is not None:
@@ -78,7 +78,7 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         # a write transaction holds the file's write lock: no other process allocates now
         last = await self._transaction(append, write=True)
         if self._wake is not None:
-            self._wake.notify()
+            self._wake.notify(stream_id)
         return last
 
     async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:

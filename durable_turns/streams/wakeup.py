@@ -1,12 +1,16 @@
 """Cross-process wake-ups for the SQLite chunk stream, so readers need not poll.
 
 SQLite has no notifications, and the embedded default's writers (worker processes) and
-readers (clients, ``turns chat``) are different processes on one machine. A reader that
-follows a stream registers a Linux abstract-namespace datagram socket and names it with an
-empty file in a folder beside the database (``<db>.wake/``); a writer, after each committed
-append, sends one byte to every socket named there. Abstract sockets take no filesystem
-path (so no 108-byte ``sun_path`` limit) and vanish with their process; a name file left by
-a killed reader is removed by the first writer that finds nobody listening.
+readers (clients, ``turns chat``, the browser front door) are different processes on one
+machine. A process that follows streams registers one Linux abstract-namespace datagram
+socket and names it with an empty file in a folder beside the database (``<db>.wake/``); a
+writer, after each committed append, sends the stream's id to every socket named there, and
+the reading process wakes only the followers of that stream. So an append costs one
+datagram per reading process, whatever the number of followers, and a follower rereads only
+when its own stream grew. Abstract sockets take no filesystem path (so no 108-byte
+``sun_path`` limit) and vanish with their process; a name file left by a killed reader is
+removed by the first writer that finds nobody listening. A datagram without a stream id
+(``w``, what earlier versions sent) wakes every follower.
 
 Elsewhere (no abstract namespace), or when the folder cannot be written, ``listen`` yields
 ``None`` and readers fall back to polling. A wake-up is a hint, never the data: a reader
@@ -41,9 +45,11 @@ class WakeChannel:
     def __init__(self, db_path: str) -> None:
         self.folder = Path(f"{db_path}.wake")
         self._sender: socket.socket | None = None
+        self._listener: _Listener | None = None
 
-    def notify(self) -> int:
-        """Wake every registered reader (called by a writer after a commit); how many."""
+    def notify(self, stream_id: str | None = None) -> int:
+        """Wake the readers of ``stream_id`` (every reader without one), in every process
+        that follows the file; how many processes were told. Called after a commit."""
         if not SUPPORTED:
             return 0
         try:
@@ -55,16 +61,17 @@ class WakeChannel:
         if self._sender is None:
             self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self._sender.setblocking(False)
+        payload = _STREAM + stream_id.encode("utf-8", "replace") if stream_id else _ALL
         woken = 0
         for name in names:
             try:
-                self._sender.sendto(b"w", _address(name))
+                self._sender.sendto(payload, _address(name))
                 woken += 1
             except (ConnectionRefusedError, FileNotFoundError):
                 with contextlib.suppress(OSError):  # its reader is gone
                     (self.folder / name).unlink()
             except (BlockingIOError, OSError):
-                pass  # a full queue: that reader has a wake-up pending already
+                pass  # a full queue: the reader rereads on its fallback poll
         return woken
 
     def close(self) -> None:
@@ -73,41 +80,98 @@ class WakeChannel:
             self._sender = None
 
     @contextlib.asynccontextmanager
-    async def listen(self) -> AsyncIterator[asyncio.Event | None]:
-        """An event set on every wake-up while the block runs (None: not available here).
-
-        Registered before the block starts, so an append after the reader's first read is
-        never missed.
-        """
+    async def listen(self, stream_id: str | None = None) -> AsyncIterator[asyncio.Event | None]:
+        """An event set whenever ``stream_id`` grows (any stream: None) while the block runs;
+        None when wake-ups are not available here. The process's one socket is shared by
+        all its followers. Registered before the block starts, so an append after the
+        reader's first read is never missed."""
         if not SUPPORTED:
             yield None
             return
-        name = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        loop = asyncio.get_running_loop()
+        listener = self._listener
+        shared = listener is not None and listener.loop is loop
+        if not shared:
+            listener = _Listener.open(self.folder, loop)
+            if listener is None:
+                yield None
+                return
+            if self._listener is None:
+                self._listener = listener
+                shared = True
+        assert listener is not None
         woken = asyncio.Event()
+        key = stream_id or ""
+        listener.waiters.setdefault(key, set()).add(woken)
+        try:
+            yield woken
+        finally:
+            waiters = listener.waiters.get(key)
+            if waiters is not None:
+                waiters.discard(woken)
+                if not waiters:
+                    del listener.waiters[key]
+            if not listener.waiters:
+                listener.close()
+                if self._listener is listener:
+                    self._listener = None
+
+
+_STREAM = b"s:"
+_ALL = b"w"
+
+
+class _Listener:
+    """A process's socket for one file's wake-ups, and who waits on which stream."""
+
+    def __init__(
+        self, sock: socket.socket, name_file: Path, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self.sock = sock
+        self.name_file = name_file
+        self.loop = loop
+        self.waiters: dict[str, set[asyncio.Event]] = {}
+        """By stream id; ``""``: woken by every datagram."""
+        loop.add_reader(sock.fileno(), self._on_readable)
+
+    @classmethod
+    def open(cls, folder: Path, loop: asyncio.AbstractEventLoop) -> _Listener | None:
+        name = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
             sock.bind(_address(name))
             sock.setblocking(False)
-            self.folder.mkdir(parents=True, exist_ok=True)
-            (self.folder / name).touch()
+            with contextlib.suppress(OSError):  # room for bursts of wake-ups
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / name).touch()
         except OSError as e:
             sock.close()
             log.debug("chunk stream wake-ups unavailable (%r); polling instead", e)
-            yield None
-            return
-        loop = asyncio.get_running_loop()
+            return None
+        return cls(sock, folder / name, loop)
 
-        def on_readable() -> None:
-            with contextlib.suppress(BlockingIOError, OSError):
-                while sock.recv(64):
-                    pass
-            woken.set()
+    def _on_readable(self) -> None:
+        everyone = False
+        streams: set[str] = set()
+        while True:
+            try:
+                data = self.sock.recv(4096)
+            except (BlockingIOError, OSError):
+                break
+            if not data:
+                break
+            if data.startswith(_STREAM):
+                streams.add(data[len(_STREAM) :].decode("utf-8", "replace"))
+            else:
+                everyone = True
+        keys = list(self.waiters) if everyone else [*streams, ""]
+        for key in keys:
+            for woken in self.waiters.get(key, ()):
+                woken.set()
 
-        loop.add_reader(sock.fileno(), on_readable)
-        try:
-            yield woken
-        finally:
-            loop.remove_reader(sock.fileno())
-            sock.close()
-            with contextlib.suppress(OSError):
-                (self.folder / name).unlink()
+    def close(self) -> None:
+        self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+        with contextlib.suppress(OSError):
+            self.name_file.unlink()

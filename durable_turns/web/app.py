@@ -51,6 +51,7 @@ from durable_turns.streams import (
     ChunkStreamBackend,
     StreamEvent,
 )
+from durable_turns.streams.hub import StreamHub
 from durable_turns.web import protocol
 from durable_turns.web.auth import (
     Authenticate,
@@ -103,6 +104,7 @@ class FrontDoor:
     authenticate: Authenticate | None
     client: TurnsClient
     streams: ChunkStreamBackend
+    hub: StreamHub
     store: TranscriptStore
     max_streams: int
     models: frozenset[str]
@@ -280,47 +282,43 @@ class FrontDoor:
 
     async def events(self, conv: str, head: int) -> AsyncIterator[tuple[int, StreamEvent]]:
         """A reply's events: each turn's stream (what is there already without discarded
-        attempts, then live), then the turn its ``turn-finish`` names."""
+        attempts, then live), then the turn its ``turn-finish`` names. Every response of
+        this process that follows a turn shares one reader of its stream (``StreamHub``)."""
         turn: int | None = head
         while turn is not None:
-            stream = turn_id(conv, turn)
-            cursor = -1
             nxt: int | None = None
-            present = await self.streams.read(stream, -1)
-            if present:
-                cursor = present[-1].offset
-            for ev in protocol.replayable(present):
-                yield turn, ev
-                if ev.type == TURN_FINISH:
-                    nxt = _next_turn(ev)
-                    break
-            else:
-                while True:
-                    finished = False
-                    async for ev in self.streams.follow(
-                        stream, cursor, idle_timeout=LIVENESS_CHECK_S
-                    ):
-                        cursor = ev.offset
-                        yield turn, ev
-                        if ev.type == TURN_FINISH:
-                            nxt, finished = _next_turn(ev), True
-                    if finished:
+            async with self.hub.open(turn_id(conv, turn)) as sub:
+                cursor = sub.present[-1].offset if sub.present else -1
+                for ev in protocol.replayable(sub.present):
+                    yield turn, ev
+                    if ev.type == TURN_FINISH:
+                        nxt = _next_turn(ev)
                         break
-                    if not await self._turn_alive(conv, turn):
-                        yield (
-                            turn,
-                            StreamEvent(
-                                offset=cursor + 1,
-                                type=TURN_FINISH,
-                                data={
-                                    "status": "error",
-                                    "error": {
-                                        "message": "the turn ended without finishing its reply"
+                else:
+                    while True:
+                        finished = False
+                        async for ev in sub.live(idle_timeout=LIVENESS_CHECK_S):
+                            cursor = ev.offset
+                            yield turn, ev
+                            if ev.type == TURN_FINISH:
+                                nxt, finished = _next_turn(ev), True
+                        if finished:
+                            break
+                        if not await self._turn_alive(conv, turn):
+                            yield (
+                                turn,
+                                StreamEvent(
+                                    offset=cursor + 1,
+                                    type=TURN_FINISH,
+                                    data={
+                                        "status": "error",
+                                        "error": {
+                                            "message": "the turn ended without finishing its reply"
+                                        },
                                     },
-                                },
-                            ),
-                        )
-                        break
+                                ),
+                            )
+                            break
             turn = nxt
 
     async def _turn_alive(self, conv: str, turn: int) -> bool:
@@ -489,6 +487,7 @@ def create_app(
             authenticate=authenticate,
             client=turns,
             streams=streams,
+            hub=StreamHub(streams),
             store=store,
             max_streams=settings.http_max_streams,
             models=frozenset(settings.http_models),
@@ -564,7 +563,10 @@ def create_app(
 
     @app.get("/api/health")
     async def health() -> Any:
-        return JSONResponse({"ok": True, "open_streams": door["it"].open_streams})
+        it = door["it"]
+        return JSONResponse(
+            {"ok": True, "open_streams": it.open_streams, "streams_followed": it.hub.followed}
+        )
 
     return app
 

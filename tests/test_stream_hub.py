@@ -1,0 +1,92 @@
+"""One reader per stream per process: the hub, and the SQLite wake-ups by stream id."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from durable_turns.streams import MemoryBackend, encode_event
+from durable_turns.streams.hub import StreamHub
+from durable_turns.streams.sqlite import SQLiteStreamBackend
+from durable_turns.streams.wakeup import WakeChannel
+
+
+async def test_subscribers_share_one_reader_and_see_the_same_events() -> None:
+    backend = MemoryBackend()
+    await backend.append("t", [encode_event("chunk", {"n": 0})])
+    hub = StreamHub(backend)
+    reads = 0
+    real_read = backend.read
+
+    async def counted(*args, **kw):  # type: ignore[no-untyped-def]
+        nonlocal reads
+        reads += 1
+        return await real_read(*args, **kw)
+
+    backend.read = counted  # type: ignore[method-assign]
+    async with hub.open("t") as a, hub.open("t") as b:
+        assert hub.followed == 1
+        assert [e.offset for e in a.present] == [e.offset for e in b.present] == [0]
+        await backend.append("t", [encode_event("chunk", {"n": 1}), encode_event("turn-finish")])
+        got_a = [e.offset async for e in a.live(idle_timeout=5)]
+        got_b = [e.offset async for e in b.live(idle_timeout=5)]
+        assert got_a == got_b == [1, 2]
+        async with hub.open("t") as late:  # joins the same reader: all of it is present
+            assert [e.offset for e in late.present] == [0, 1, 2]
+    assert hub.followed == 0, "the reader goes with its last subscriber"
+    assert reads < 10, f"one reader for every subscriber ({reads} reads)"
+
+
+async def test_live_ends_quietly_after_the_idle_timeout() -> None:
+    hub = StreamHub(MemoryBackend())
+    async with hub.open("quiet") as sub:
+        assert [e async for e in sub.live(idle_timeout=0.2)] == []
+
+
+async def test_a_wake_up_names_its_stream(tmp_path: Path) -> None:
+    channel = WakeChannel(str(tmp_path / "chunks.db"))
+    writer = WakeChannel(str(tmp_path / "chunks.db"))
+    async with channel.listen("a") as a, channel.listen("b") as b, channel.listen() as anything:
+        assert a is not None and b is not None and anything is not None
+        assert len(list(channel.folder.iterdir())) == 1, "one socket for the whole process"
+        assert writer.notify("a") == 1
+        await asyncio.wait_for(a.wait(), 5)
+        await asyncio.wait_for(anything.wait(), 5)
+        await asyncio.sleep(0.1)
+        assert not b.is_set(), "another stream's append does not wake b"
+        a.clear()
+        anything.clear()
+        writer.notify()  # no stream named (what earlier versions send): everyone
+        await asyncio.wait_for(b.wait(), 5)
+        await asyncio.wait_for(a.wait(), 5)
+    assert list(channel.folder.iterdir()) == [], "the name file goes with the last follower"
+    writer.close()
+
+
+async def test_sqlite_followers_of_other_streams_do_not_reread(tmp_path: Path) -> None:
+    backend = SQLiteStreamBackend(tmp_path / "chunks.db")
+    await backend.open()
+    try:
+        reads: dict[str, int] = {}
+        real_read = backend.read
+
+        async def counted(stream_id: str, *args, **kw):  # type: ignore[no-untyped-def]
+            reads[stream_id] = reads.get(stream_id, 0) + 1
+            return await real_read(stream_id, *args, **kw)
+
+        backend.read = counted  # type: ignore[method-assign]
+
+        async def follow(stream: str) -> list[int]:
+            return [e.offset async for e in backend.follow(stream)]
+
+        quiet = asyncio.create_task(follow("quiet"))
+        busy = asyncio.create_task(follow("busy"))
+        await asyncio.sleep(0.2)
+        for i in range(50):
+            await backend.append("busy", [encode_event("chunk", {"i": i})])
+        await backend.append("busy", [encode_event("turn-finish")])
+        assert len(await asyncio.wait_for(busy, 10)) == 51
+        assert reads["quiet"] <= 3, f"woken by another stream's appends: {reads['quiet']} reads"
+        quiet.cancel()
+    finally:
+        await backend.close()
