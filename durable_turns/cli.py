@@ -16,7 +16,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import sys
 from typing import Any
 
@@ -427,10 +426,10 @@ def main(argv: list[str] | None = None) -> None:
 def _exit(code: int) -> None:
     """Leave without the interpreter's teardown: temporalio's runtime can abort the process
     as Python finalizes ("PyGILState_Release … must be current", sdk-python#300), turning
-    a finished command into exit status 134. Everything is done and flushed by now."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    a finished command into exit status 134 (``durable_turns.entry``)."""
+    from durable_turns.entry import leave
+
+    leave(code)
 
 
 if __name__ == "__main__":
