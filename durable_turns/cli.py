@@ -27,7 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_turns.client import TurnsClient
 from durable_turns.config import Settings, mask_url
 from durable_turns.contract import TurnResult, id_problem
-from durable_turns.devserver import EmbeddedServer, port_open
+from durable_turns.devserver import EmbeddedServer, ServerStartError, port_open
 
 
 def _print_result(result: TurnResult) -> None:
@@ -415,6 +415,9 @@ def main(argv: list[str] | None = None) -> None:
         code = 2
     except RPCError as e:
         print(f"turns {args.command}: the Temporal server said: {e.message}", file=sys.stderr)
+        code = 1
+    except ServerStartError as e:  # a port in use, or the embedded server failed to start
+        print(f"turns {args.command}: {e}", file=sys.stderr)
         code = 1
     except KeyboardInterrupt:
         code = 130

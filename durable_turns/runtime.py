@@ -40,7 +40,7 @@ from durable_turns.activities.lifecycle import call_hook
 from durable_turns.codec import data_converter_from_env
 from durable_turns.config import Settings, mask_url
 from durable_turns.contract import SEARCH_ATTRIBUTES
-from durable_turns.devserver import EmbeddedServer
+from durable_turns.devserver import EmbeddedServer, ServerStartError
 from durable_turns.hooks import Session, TurnHooks
 from durable_turns.models import ModelRegistry
 from durable_turns.sandbox import sandbox_runner
@@ -442,7 +442,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     try:
         asyncio.run(serve(settings_from_args(args)))
-    except ValueError as e:
+    except (ValueError, ServerStartError) as e:  # ServerStartError: e.g. a port in use
         sys.exit(f"worker: {e}")
 
 
