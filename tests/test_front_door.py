@@ -146,7 +146,7 @@ async def test_the_demo_uses_a_temporal_server_already_on_its_port(
     assert port_open("127.0.0.1", port)  # left running
 
 
-def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
+def test_a_port_in_use_or_no_server_is_one_line(tmp_path: Path) -> None:
     import socket
 
     with socket.socket() as taken:
@@ -170,6 +170,11 @@ def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
                 f"something already listens on 127.0.0.1:{busy}",
             ),
             (("demo",), {"TURNS_UI_PORT": busy}, f"its UI port {busy} is already in use"),
+            (
+                ("demo",),
+                {"TEMPORAL_ADDRESS": f"127.0.0.1:{free_port()}"},
+                "cannot connect to the Temporal server at 127.0.0.1:",
+            ),
         ]
         for args, extra, expected in cases:
             out = turns_cmd(demo_env(tmp_path, **extra), *args, timeout=60)
@@ -209,3 +214,33 @@ async def test_demo_keep_keeps_the_server_and_ui_until_ctrl_c(tmp_path: Path) ->
             proc.wait()
     assert log.read_text().rstrip().endswith("stopped.")
     assert not port_open("127.0.0.1", port) and not port_open("127.0.0.1", ui_port)
+
+
+async def test_the_demo_says_what_it_waits_for_and_gives_up(
+    temporal_address: str, tmp_path: Path, capsys: object, monkeypatch: object
+) -> None:
+    """A turn that does not finish is named while the demo waits, then given up: one line,
+    exit status 1, never a silent wait."""
+    import json
+
+    from durable_turns import demo
+    from durable_turns.config import Settings
+
+    mp = monkeypatch  # type: ignore[assignment]
+    mp.setattr(demo, "TURN_NOTICE_S", 0.5)  # type: ignore[attr-defined]
+    mp.setattr(demo, "TURN_TIMEOUT_S", 1.5)  # type: ignore[attr-defined]
+    (tmp_path / "slow.json").write_text(json.dumps([{"text": "a b c d e f", "delay_ms": 1000}]))
+    settings = Settings(
+        temporal_address=temporal_address,
+        data_dir=tmp_path / "data",
+        model="demo:slow.json",
+        demo_dir=tmp_path,
+        shutdown_grace_s=0,
+    )
+    assert await demo.run_demo(settings) == 1
+    err = capsys.readouterr()  # type: ignore[attr-defined]
+    waiting = "waiting for turn 1's result (workflow demo-"
+    assert err.out.count(waiting) == 2 and "giving up at 1.5s" in err.out
+    assert "on task queue 'durable-turns-demo'" in err.out
+    assert "turns demo: gave up waiting for turn 1's result" in err.err
+    assert "after 1.5s" in err.err and len(err.err.strip().splitlines()) == 1
