@@ -553,3 +553,23 @@ async def test_rejections_are_said_at_the_cli_in_plain_words(
     assert "validation error for" not in shown.stdout + shown.stderr
     assert shown.stdout.startswith("{\n  ") and '\n  "rejected_count": 2,' in shown.stdout
     await harness.client.get_workflow_handle(conversation).terminate()
+
+
+async def test_the_conversation_id_filter_lists_the_conversation_too(harness: Harness) -> None:
+    """Old code: the UI link's ``ConversationId="…"`` filter listed the turns only."""
+    harness.start_worker()
+    conversation = harness.conv("listed")
+    assert (await harness.send(conversation, "Weather in Bern?")).status == "completed"
+    found: dict[str, str] = {}
+    for _ in range(100):  # visibility is eventually consistent
+        found = {
+            w.id: w.workflow_type
+            async for w in harness.client.list_workflows(f'ConversationId="{conversation}"')
+        }
+        if len(found) == 2:
+            break
+        await asyncio.sleep(0.1)
+    assert found == {
+        conversation: "ConversationWorkflow",
+        f"{conversation}/turn-1": "TurnWorkflow",
+    }
