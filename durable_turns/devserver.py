@@ -3,8 +3,9 @@
 Started by the worker and the CLI when no ``TEMPORAL_ADDRESS`` is set. It keeps its data in
 ``<data dir>/temporal.db`` (conversations survive a restart), registers the search
 attributes the workflows use, and runs with the transfer-queue poll rate raised so
-sequential workflow tasks are not put on a 50 ms grid (DESIGN.md §6), and with eager
-activities: a workflow task that schedules an activity on its own queue receives it at once.
+sequential workflow tasks are not put on a 50 ms grid, and with eager activities: a workflow
+task that schedules an activity on its own queue receives it at once
+(:data:`FAST_DYNAMIC_CONFIG`).
 
 Its SQLite file is kept as the engine keeps its own SQLite store (``sqlite_wal.py``): a
 write-ahead log, synced at checkpoints rather than at every commit (:data:`SQLITE_PRAGMAS`).

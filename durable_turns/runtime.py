@@ -375,10 +375,16 @@ def ready_lines(
         "default (TurnHooks)" if cls is TurnHooks else f"{cls.__module__}:{cls.__qualname__}"
     )
     custom = [n for n in transform_names() if n not in ("uppercase", "redact-emails")]
+    demo_dir = (
+        f"{settings.demo_dir.resolve()} (TURNS_DEMO_DIR: demo:<name> plays <name>.json there)"
+        if settings.demo_dir
+        else "(TURNS_DEMO_DIR unset: the built-in demo scripts only)"
+    )
     return [
         f"worker ready: {where} · namespace {settings.namespace}"
         f" · task queue {settings.task_queue!r}",
         f"  model       {model}; providers demo, {providers}",
+        f"  demo dir    {demo_dir}",
         f"  tools       {', '.join(tools.names()) or '(none)'}",
         f"  hooks       {hooks_name}",
         f"  transforms  {', '.join(custom) or '(built-in only)'}",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import venv
@@ -49,6 +50,19 @@ def ensure_env() -> None:
         stamp.write_text(digest)
 
 
+def say_where_the_commands_are() -> None:
+    """The README's `turns` and `temporal` lines need .venv/bin on PATH: say so, unless it is."""
+    found = shutil.which("turns")
+    if found and Path(found).resolve() == (BIN / "turns").resolve():
+        return
+    where = os.path.relpath(BIN)
+    print(
+        f"\n(`turns` and `temporal` are in {where}: `source {where}/activate`, or"
+        f' `export PATH="$PWD/{where}:$PATH"` from here, to type them as the README does)',
+        flush=True,
+    )
+
+
 def run(*cmd: str) -> int:
     return subprocess.run(list(cmd), cwd=ROOT).returncode
 
@@ -61,6 +75,7 @@ def main() -> None:
     ensure_env()
     if command == "demo":
         code = run(str(BIN / "turns"), "demo", *rest)
+        say_where_the_commands_are()
     elif command == "test":
         code = run(str(PY), "-m", "pytest", *rest)
     elif command == "lint":

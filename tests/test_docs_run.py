@@ -100,7 +100,7 @@ async def test_the_code_blocks_run_as_written(harness: Harness, page: str, tmp_p
     if page == "docs/tools.md":  # its own worker serves the page's tools module
         (tmp_path / "mytools.py").write_text(python[0] + "\n\n" + python[1])
         env["TURNS_TOOLS"] = "mytools"
-        env["TURNS_DEMO_DIR"] = str(tmp_path / "scripts")  # as the page starts its worker
+        env["TURNS_DEMO_DIR"] = str(tmp_path / "demo-scripts")  # as the page starts its worker
     worker = WorkerProcess(env, tmp_path / "worker.log")
     harness.workers.append(worker)
     worker.wait_ready()

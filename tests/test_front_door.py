@@ -244,3 +244,25 @@ async def test_the_demo_says_what_it_waits_for_and_gives_up(
     assert "on task queue 'durable-turns-demo'" in err.out
     assert "turns demo: gave up waiting for turn 1's result" in err.err
     assert "after 1.5s" in err.err and len(err.err.strip().splitlines()) == 1
+
+
+def test_the_first_command_says_where_turns_and_temporal_are(
+    capsys: object, monkeypatch: object
+) -> None:
+    """The README's `turns` and `temporal` lines need .venv/bin on PATH: `scripts/dev.py
+    demo` ends by saying so, unless it is already there."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dev_script", ROOT / "scripts" / "dev.py")
+    assert spec is not None and spec.loader is not None
+    dev = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dev)
+    mp = monkeypatch  # type: ignore[assignment]
+    mp.chdir(ROOT)  # type: ignore[attr-defined]
+    mp.setenv("PATH", "/usr/bin:/bin")  # type: ignore[attr-defined]
+    dev.say_where_the_commands_are()
+    said = capsys.readouterr().out  # type: ignore[attr-defined]
+    assert "`turns` and `temporal` are in .venv/bin: `source .venv/bin/activate`" in said
+    mp.setenv("PATH", f"{dev.BIN}:/usr/bin:/bin")  # type: ignore[attr-defined]
+    dev.say_where_the_commands_are()
+    assert capsys.readouterr().out == ""  # type: ignore[attr-defined]

@@ -214,6 +214,7 @@ async def test_tools_and_hooks_from_the_current_directory(harness: Harness, tmp_
         assert f"Temporal {harness.address} · namespace default" in ready
         assert f"task queue {harness.task_queue!r}" in ready
         assert "model       demo:weather (a scripted demo, not an LLM" in ready
+        assert f"demo dir    {harness.tmp.resolve()} (TURNS_DEMO_DIR: demo:<name>" in ready
         assert "tools       get_weather, lookup_order" in ready
         assert "hooks       myhooks:MyHooks" in ready
         assert f"store       sqlite:///{home / 'data' / 'transcripts.db'}" in ready
@@ -280,6 +281,11 @@ def test_the_ready_lines_mask_passwords() -> None:
     assert "worker ready: Temporal temporal.internal:7233 · namespace default" in text
     assert "model       anthropic:claude-haiku-4-5; providers demo, anthropic" in text
     assert "hooks       default (TurnHooks)" in text
+    assert "demo dir    (TURNS_DEMO_DIR unset: the built-in demo scripts only)" in text
+    shown = ready_lines(
+        settings.with_overrides(demo_dir=Path("rel")), TurnHooks(), load_tools([]), None
+    )
+    assert f"  demo dir    {Path('rel').resolve()} (TURNS_DEMO_DIR: " in "\n".join(shown)
 
 
 # --- a fresh `temporal server start-dev`, and a server that is not up yet -------------------
