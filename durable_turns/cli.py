@@ -22,7 +22,7 @@ from typing import Any
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_turns.client import TurnsClient
@@ -289,11 +289,31 @@ async def cancel(args: argparse.Namespace, settings: Settings) -> int:
     client = await _client(settings)
     conversation = args.conversation
     try:
-        before = await client.state(conversation)
+        described = await client.conversation(conversation).describe()
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
             return fail(f"no conversation {conversation!r} on {settings.address}")
         raise
+    if described.status != WorkflowExecutionStatus.RUNNING:
+        status = described.status.name.lower() if described.status else "closed"
+        return fail(f"nothing to cancel: conversation {conversation!r} is {status}")
+    queue = described.task_queue
+    if not await _pollers(client, queue, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW):
+        # Nothing can answer the state query (it would wait ~30 s for a worker, then fail):
+        # the signal waits for a worker, and so does what it cancels.
+        await client.cancel(conversation, args.request)
+        what = (
+            f"request {args.request!r} if it is still queued or running"
+            if args.request
+            else "its running turn, if there is one"
+        )
+        print(
+            f"cancel sent, not yet seen: no worker polls task queue {queue!r} right now; once"
+            f" one does, the conversation cancels {what} (`turns state {conversation}` then"
+            " says how it ended)"
+        )
+        return 0
+    before = await client.state(conversation)
     if args.request is None:
         record = before.running
         if record is None:

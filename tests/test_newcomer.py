@@ -490,6 +490,30 @@ async def test_cancel_says_what_it_cancelled(harness: Harness, tmp_path: Path) -
         assert expected in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
+async def test_cancel_without_a_worker_or_on_a_closed_conversation(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """No worker to answer `state`: the cancel is sent and said unconfirmed, at once (not a
+    30 s wait for the query); a closed conversation has nothing to cancel."""
+    conversation = harness.conv("no-worker")
+    handle = await harness.client.start_workflow(
+        "ConversationWorkflow", id=conversation, task_queue=harness.task_queue
+    )
+    out = await asyncio.to_thread(turns, harness, tmp_path, "cancel", conversation, timeout=20)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (
+        f"cancel sent, not yet seen: no worker polls task queue {harness.task_queue!r} right"
+        " now; once one does, the conversation cancels its running turn, if there is one"
+        f" (`turns state {conversation}` then says how it ended)"
+    )
+    await handle.terminate()
+    out = await asyncio.to_thread(turns, harness, tmp_path, "cancel", conversation, timeout=20)
+    assert out.returncode == 1, out.stdout
+    assert out.stderr.strip() == (
+        f"turns: nothing to cancel: conversation {conversation!r} is terminated"
+    )
+
+
 def _sized_request(size: int, request_id: str) -> dict[str, object]:
     """A submitMessages request whose payload is exactly ``size`` bytes on the wire."""
     from durable_turns.codec import data_converter_from_env
