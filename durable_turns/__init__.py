@@ -2,7 +2,7 @@
 
 Everything a user needs is importable from here::
 
-    from durable_turns import TurnsClient, TurnHooks, TurnConfig, tool
+    from durable_turns import TurnsClient, TurnHooks, TurnConfig, tool, run
 
 The package is laid out in floors, each importing only from the floors below it:
 
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS: dict[str, str] = {
     # the client and the wire contract
     "TurnsClient": "durable_turns.client",
+    "run": "durable_turns.entry",
     "TurnResult": "durable_turns.contract",
     "SubmitMessages": "durable_turns.contract",
     "Message": "durable_turns.messages",
@@ -102,6 +103,7 @@ __all__ = [
     "client_tool",
     "default_context_overflow_classifier",
     "has_tool_call",
+    "run",
     "step_count_is",
     "stream_transform",
     "tool",
@@ -126,6 +128,7 @@ if TYPE_CHECKING:
     from durable_turns.client import TurnsClient
     from durable_turns.config import Settings
     from durable_turns.contract import SubmitMessages, TurnResult
+    from durable_turns.entry import run
     from durable_turns.hooks import (
         CONTEXT_OVERFLOW_PATTERN,
         CacheConfig,

@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import importlib
 import json
-import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -27,18 +26,20 @@ from typing import Any
 from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from durable_turns.client import TurnsClient
 from durable_turns.config import Settings, mask_url
 from durable_turns.contract import (
     REGENERATE_LAST,
+    ConversationState,
     RequestRecord,
     TurnResult,
     id_problem,
     regenerate_problem,
 )
-from durable_turns.devserver import EmbeddedServer, port_free, port_open
+from durable_turns.devserver import EmbeddedServer, ServerStartError, port_free, port_open
 
 
 def _print_result(result: TurnResult) -> None:
@@ -218,7 +219,10 @@ async def _run_turn(
                 f"no worker polls task queue {client.task_queue!r} on {settings.address}:"
                 " start one with `turns worker` (or check TURNS_TASK_QUEUE)"
             )
-        started = await start(client)
+        try:
+            started = await start(client)
+        except WorkflowUpdateFailedError as e:
+            return fail(_rejection(e))
         number = started.turn_number
         live: asyncio.Task[None] | None = None
         seen = [0]  # events the live printer has shown
@@ -276,19 +280,127 @@ async def _print_live(client: Any, conversation: str, number: int, seen: list[in
     out.write("\n")
 
 
+def _rejection(error: WorkflowUpdateFailedError) -> str:
+    """An update the conversation refused (its validator, or the handler), in one line."""
+    cause = error.cause
+    kind = getattr(cause, "type", None) or type(cause).__name__
+    message = getattr(cause, "message", None) or str(cause)
+    return f"the conversation rejected the request ({kind}): {message}"
+
+
 async def continue_turn(args: argparse.Namespace, settings: Settings) -> int:
+    """``continueLastTurn`` (signal-with-start), then its turn's result. A signal has no
+    answer: a request the conversation rejects is found in ``state`` and said here."""
     client = await _client(settings)
     request_id = await client.continue_last_turn(args.conversation)
     result = await client.wait(args.conversation, request_id)
+    if result.turn_number == 0 and result.status == "error" and result.error is not None:
+        return fail(
+            f"the conversation rejected the request {request_id} ({result.error.type}):"
+            f" {result.error.message}"
+        )
     _print_result(result)
     return 0 if result.status in ("completed", "skipped") else 1
 
 
+CANCEL_WAIT_S = 15.0
+"""How long ``turns cancel`` watches the request it cancelled end, before saying it is
+still stopping."""
+
+
+def _find(current: ConversationState, request_id: str) -> RequestRecord | None:
+    records = [*([current.running] if current.running else []), *current.queue, *current.recent]
+    return next((r for r in records if r.request_id == request_id), None)
+
+
+def _describe_request(record: RequestRecord) -> str:
+    if record.turn_number:
+        return f"turn {record.turn_number} (request {record.request_id})"
+    return f"request {record.request_id}"
+
+
 async def cancel(args: argparse.Namespace, settings: Settings) -> int:
+    """Cancel the running turn, or one request, and say what was (or was not) cancelled:
+    the conversation's ``state`` before says what there is to cancel, and after, how the
+    request ended. Nothing to cancel is one line and exit status 1; nothing is sent then."""
     client = await _client(settings)
-    await client.cancel(args.conversation, args.request)
-    print("cancel requested")
-    return 0
+    conversation = args.conversation
+    try:
+        described = await client.conversation(conversation).describe()
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return fail(f"no conversation {conversation!r} on {settings.address}")
+        raise
+    if described.status != WorkflowExecutionStatus.RUNNING:
+        status = described.status.name.lower() if described.status else "closed"
+        return fail(f"nothing to cancel: conversation {conversation!r} is {status}")
+    queue = described.task_queue
+    if not await _pollers(client, queue, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW):
+        # Nothing can answer the state query (it would wait ~30 s for a worker, then fail):
+        # the signal waits for a worker, and so does what it cancels.
+        await client.cancel(conversation, args.request)
+        what = (
+            f"request {args.request!r} if it is still queued or running"
+            if args.request
+            else "its running turn, if there is one"
+        )
+        print(
+            f"cancel sent, not yet seen: no worker polls task queue {queue!r} right now; once"
+            f" one does, the conversation cancels {what} (`turns state {conversation}` then"
+            " says how it ended)"
+        )
+        return 0
+    before = await client.state(conversation)
+    if args.request is None:
+        record = before.running
+        if record is None:
+            waiting = (
+                f"; {before.queued_count} request(s) queued: cancel one with --request ID"
+                f" ({', '.join(r.request_id for r in before.queue[:3])}"
+                f"{', …' if before.queued_count > 3 else ''})"
+                if before.queued_count
+                else ""
+            )
+            return fail(
+                f"nothing to cancel: conversation {conversation!r} has no running turn{waiting}"
+            )
+    else:
+        record = _find(before, args.request)
+        if record is None:
+            return fail(
+                f"nothing to cancel: conversation {conversation!r} has no request"
+                f" {args.request!r} (neither queued, running nor among its recent ones)"
+            )
+        if record.status not in ("queued", "running"):
+            return fail(
+                f"nothing to cancel: {_describe_request(record)} already ended ({record.status})"
+            )
+    was = record.status
+    await client.cancel(conversation, args.request)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + CANCEL_WAIT_S
+    while True:
+        now = _find(await client.state(conversation), record.request_id) or record
+        if now.status not in ("queued", "running"):
+            break
+        if loop.time() > deadline:
+            print(
+                f"cancel sent to {_describe_request(now)}; after {CANCEL_WAIT_S:g}s it is still"
+                " stopping (a model step stops at its next heartbeat, a tool when it returns):"
+                f" `turns state {conversation}` shows when it ends"
+            )
+            return 0
+        await asyncio.sleep(0.1)
+    if now.status == "aborted":
+        if now.turn_number:
+            print(f"cancelled {_describe_request(now)}: it ended aborted")
+        else:
+            print(f"cancelled queued {_describe_request(now)}: it will not run")
+        return 0
+    return fail(
+        f"nothing cancelled: {_describe_request(now)} ended {now.status}"
+        f" before the cancel reached it (it was {was})"
+    )
 
 
 async def state(args: argparse.Namespace, settings: Settings) -> int:
@@ -302,6 +414,15 @@ async def state(args: argparse.Namespace, settings: Settings) -> int:
             return fail(f"no conversation {args.conversation!r} on {settings.address}")
         return fail(f"cannot query conversation {args.conversation!r}: {e.message}")
     print(current.model_dump_json(indent=2))
+    rejected = [r for r in current.recent if r.status == "rejected" and r.error is not None]
+    if current.rejected_count and rejected:
+        latest, error = rejected[-1], rejected[-1].error
+        assert error is not None
+        print(
+            f"# {current.rejected_count} request(s) rejected; the latest, {latest.request_id}"
+            f" ({error.type}): {error.message}",
+            file=sys.stderr,
+        )
     polling = await workers(client)
     if not polling:
         print(f"# no worker polls task queue {client.task_queue!r} right now", file=sys.stderr)
@@ -519,6 +640,9 @@ def main(argv: list[str] | None = None) -> None:
     except RPCError as e:
         print(f"turns {args.command}: the Temporal server said: {e.message}", file=sys.stderr)
         code = 1
+    except ServerStartError as e:  # a port in use, or the embedded server failed to start
+        print(f"turns {args.command}: {e}", file=sys.stderr)
+        code = 1
     except KeyboardInterrupt:
         code = 130
     if argv is not None:  # called from Python: leave the interpreter to its caller
@@ -529,10 +653,10 @@ def main(argv: list[str] | None = None) -> None:
 def _exit(code: int) -> None:
     """Leave without the interpreter's teardown: temporalio's runtime can abort the process
     as Python finalizes ("PyGILState_Release … must be current", sdk-python#300), turning
-    a finished command into exit status 134. Everything is done and flushed by now."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    a finished command into exit status 134 (``durable_turns.entry``)."""
+    from durable_turns.entry import leave
+
+    leave(code)
 
 
 if __name__ == "__main__":

@@ -204,6 +204,9 @@ class TurnsClient:
                 cause = e.cause
                 if not (isinstance(cause, ApplicationError) and cause.type == HANDED_OVER):
                     raise
+            except BaseException:
+                _settle(op)
+                raise
 
     @staticmethod
     def regenerate_request(
@@ -394,3 +397,12 @@ class TurnsClient:
             start_signal_args=[arg],
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
+
+
+def _settle(op: WithStartWorkflowOperation[Any, Any]) -> None:
+    """Read the start operation's failure, so that a cancelled or failed update-with-start
+    does not also log "Future exception was never retrieved" (temporalio sets the
+    operation's handle future with the failure, and only ``op.workflow_handle()`` reads it)."""
+    future = getattr(op, "_workflow_handle", None)
+    if isinstance(future, asyncio.Future) and future.done() and not future.cancelled():
+        future.exception()

@@ -71,6 +71,10 @@ class Settings:
     """TURNS_EMBEDDED_PORT: the embedded dev server's gRPC port."""
     ui_port: int = 8233
     """TURNS_UI_PORT: the embedded dev server's UI port."""
+    ui_url: str | None = None
+    """TURNS_UI_URL: the Temporal UI's address, for the links the demo prints when it does
+    not run the server itself; unset: found at the server's host on ``ui_port`` if a UI
+    answers there."""
     namespace: str = "default"
     """TEMPORAL_NAMESPACE."""
     task_queue: str = DEFAULT_TASK_QUEUE
@@ -132,6 +136,7 @@ class Settings:
             temporal_address=_env("TEMPORAL_ADDRESS"),
             embedded_port=int(_env("TURNS_EMBEDDED_PORT", "7233") or 7233),
             ui_port=int(_env("TURNS_UI_PORT", "8233") or 8233),
+            ui_url=(_env("TURNS_UI_URL") or "").rstrip("/") or None,
             namespace=_env("TEMPORAL_NAMESPACE", "default") or "default",
             task_queue=_env("TURNS_TASK_QUEUE", DEFAULT_TASK_QUEUE) or DEFAULT_TASK_QUEUE,
             data_dir=default_data_dir(),

@@ -174,11 +174,18 @@ SEARCH_ATTRIBUTES = (CONVERSATION_ID, TURN_STATUS, TURN_MODEL)
 
 
 def validation_problems(error: ValidationError, limit: int | None = None) -> str:
-    """A pydantic error as one line a client (or a model) can act on: ``field: problem; …``."""
+    """A pydantic error as one line a client (or a model) can act on: ``field: problem; …``
+    (without pydantic's own wording around it: "1 validation error for …", "Value error, ")."""
     return "; ".join(
-        f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {e['msg']}"
+        f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {_plain(e['msg'])}"
         for e in error.errors()[:limit]
     )
+
+
+def _plain(message: str) -> str:
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
+    return message
 
 
 def id_problem(

@@ -3,8 +3,9 @@
 Started by the worker and the CLI when no ``TEMPORAL_ADDRESS`` is set. It keeps its data in
 ``<data dir>/temporal.db`` (conversations survive a restart), registers the search
 attributes the workflows use, and runs with the transfer-queue poll rate raised so
-sequential workflow tasks are not put on a 50 ms grid (DESIGN.md §6), and with eager
-activities: a workflow task that schedules an activity on its own queue receives it at once.
+sequential workflow tasks are not put on a 50 ms grid, and with eager activities: a workflow
+task that schedules an activity on its own queue receives it at once
+(:data:`FAST_DYNAMIC_CONFIG`).
 
 Its SQLite file is kept as the engine keeps its own SQLite store (``sqlite_wal.py``): a
 write-ahead log, synced at checkpoints rather than at every commit (:data:`SQLITE_PRAGMAS`).
@@ -20,6 +21,8 @@ import socket
 import subprocess
 import sysconfig
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
@@ -104,6 +107,34 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
+class ServerStartError(RuntimeError):
+    """The embedded server cannot start (a port in use, the binary failed): said in one
+    line by the ``turns`` commands, never as a traceback."""
+
+
+async def temporal_answers(address: str, timeout_s: float = 5.0) -> bool:
+    """Whether a Temporal server answers at ``address`` (within ``timeout_s``)."""
+    try:
+        client = await asyncio.wait_for(Client.connect(address), timeout_s)
+        await asyncio.wait_for(
+            client.workflow_service.get_system_info(GetSystemInfoRequest()), timeout_s
+        )
+    except Exception:
+        return False
+    return True
+
+
+def http_answers(url: str, timeout_s: float = 2.0) -> bool:
+    """Whether an HTTP server answers at ``url`` (any status below 500)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return int(response.status) < 500
+    except urllib.error.HTTPError as e:
+        return e.code < 500
+    except (OSError, ValueError):
+        return False
+
+
 class EmbeddedServer:
     """``temporal server start-dev`` as a child process."""
 
@@ -129,9 +160,17 @@ class EmbeddedServer:
 
     async def start(self, timeout_s: float = 30) -> None:
         if port_open(self.host, self.port):
-            raise RuntimeError(
-                f"something already listens on {self.address}: set TEMPORAL_ADDRESS={self.address}"
-                " to use it, or stop it"
+            raise ServerStartError(
+                f"cannot start the embedded Temporal server: something already listens on"
+                f" {self.address} (another `turns worker` or `turns server`?): set"
+                f" TEMPORAL_ADDRESS={self.address} to use it, TURNS_EMBEDDED_PORT to another"
+                " port, or stop it"
+            )
+        if self.ui and port_open(self.host, self.ui_port):
+            raise ServerStartError(
+                f"cannot start the embedded Temporal server: its UI port {self.ui_port} is"
+                f" already in use on {self.host}: set TURNS_UI_PORT to a free port, or stop"
+                " what listens there"
             )
         self.data_dir.mkdir(parents=True, exist_ok=True)
         cmd = [
@@ -157,9 +196,9 @@ class EmbeddedServer:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"the Temporal dev server exited with code {self.process.returncode};"
-                    f" see {self.data_dir / 'temporal-server.log'}"
+                raise ServerStartError(
+                    f"the embedded Temporal server exited with code {self.process.returncode}"
+                    f" as it started; see {self.data_dir / 'temporal-server.log'}"
                 )
             try:
                 client = await Client.connect(self.address)
@@ -168,7 +207,10 @@ class EmbeddedServer:
             except Exception:
                 await asyncio.sleep(0.2)
         self.stop()
-        raise RuntimeError(f"the Temporal dev server did not start within {timeout_s}s")
+        raise ServerStartError(
+            f"the embedded Temporal server did not answer within {timeout_s:g}s;"
+            f" see {self.data_dir / 'temporal-server.log'}"
+        )
 
     def _spawn(self, cmd: list[str]) -> subprocess.Popen[bytes]:
         log = open(self.data_dir / "temporal-server.log", "ab")

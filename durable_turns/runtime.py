@@ -40,7 +40,7 @@ from durable_turns.activities.lifecycle import call_hook
 from durable_turns.codec import data_converter_from_env
 from durable_turns.config import Settings, mask_url
 from durable_turns.contract import SEARCH_ATTRIBUTES
-from durable_turns.devserver import EmbeddedServer
+from durable_turns.devserver import EmbeddedServer, ServerStartError
 from durable_turns.hooks import Session, TurnHooks
 from durable_turns.models import ModelRegistry
 from durable_turns.sandbox import sandbox_runner
@@ -375,10 +375,16 @@ def ready_lines(
         "default (TurnHooks)" if cls is TurnHooks else f"{cls.__module__}:{cls.__qualname__}"
     )
     custom = [n for n in transform_names() if n not in ("uppercase", "redact-emails")]
+    demo_dir = (
+        f"{settings.demo_dir.resolve()} (TURNS_DEMO_DIR: demo:<name> plays <name>.json there)"
+        if settings.demo_dir
+        else "(TURNS_DEMO_DIR unset: the built-in demo scripts only)"
+    )
     return [
         f"worker ready: {where} · namespace {settings.namespace}"
         f" · task queue {settings.task_queue!r}",
         f"  model       {model}; providers demo, {providers}",
+        f"  demo dir    {demo_dir}",
         f"  tools       {', '.join(tools.names()) or '(none)'}",
         f"  hooks       {hooks_name}",
         f"  transforms  {', '.join(custom) or '(built-in only)'}",
@@ -442,7 +448,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     try:
         asyncio.run(serve(settings_from_args(args)))
-    except ValueError as e:
+    except (ValueError, ServerStartError) as e:  # ServerStartError: e.g. a port in use
         sys.exit(f"worker: {e}")
 
 

@@ -69,6 +69,19 @@ def ensure_js() -> None:
         )
 
 
+def say_where_the_commands_are() -> None:
+    """The README's `turns` and `temporal` lines need .venv/bin on PATH: say so, unless it is."""
+    found = shutil.which("turns")
+    if found and Path(found).resolve() == (BIN / "turns").resolve():
+        return
+    where = os.path.relpath(BIN)
+    print(
+        f"\n(`turns` and `temporal` are in {where}: `source {where}/activate`, or"
+        f' `export PATH="$PWD/{where}:$PATH"` from here, to type them as the README does)',
+        flush=True,
+    )
+
+
 def run(*cmd: str) -> int:
     return subprocess.run(list(cmd), cwd=ROOT).returncode
 
@@ -81,6 +94,7 @@ def main() -> None:
     ensure_env()
     if command == "demo":
         code = run(str(BIN / "turns"), "demo", *rest)
+        say_where_the_commands_are()
     elif command == "test":
         ensure_js()
         code = run(str(PY), "-m", "pytest", *rest)

@@ -1,4 +1,5 @@
-"""History grows with the turn, not with the conversation (DESIGN.md principle 1)."""
+"""History grows with the turn, not with the conversation: activities carry ids, the
+transcript lives in the store (README.md, "History stays small")."""
 
 from __future__ import annotations
 

@@ -214,6 +214,7 @@ async def test_tools_and_hooks_from_the_current_directory(harness: Harness, tmp_
         assert f"Temporal {harness.address} · namespace default" in ready
         assert f"task queue {harness.task_queue!r}" in ready
         assert "model       demo:weather (a scripted demo, not an LLM" in ready
+        assert f"demo dir    {harness.tmp.resolve()} (TURNS_DEMO_DIR: demo:<name>" in ready
         assert "tools       get_weather, lookup_order" in ready
         assert "hooks       myhooks:MyHooks" in ready
         assert f"store       sqlite:///{home / 'data' / 'transcripts.db'}" in ready
@@ -280,6 +281,11 @@ def test_the_ready_lines_mask_passwords() -> None:
     assert "worker ready: Temporal temporal.internal:7233 · namespace default" in text
     assert "model       anthropic:claude-haiku-4-5; providers demo, anthropic" in text
     assert "hooks       default (TurnHooks)" in text
+    assert "demo dir    (TURNS_DEMO_DIR unset: the built-in demo scripts only)" in text
+    shown = ready_lines(
+        settings.with_overrides(demo_dir=Path("rel")), TurnHooks(), load_tools([]), None
+    )
+    assert f"  demo dir    {Path('rel').resolve()} (TURNS_DEMO_DIR: " in "\n".join(shown)
 
 
 # --- a fresh `temporal server start-dev`, and a server that is not up yet -------------------
@@ -441,3 +447,159 @@ async def test_invalid_input_is_one_line_and_never_sent(harness: Harness, tmp_pa
     # nothing was sent: the conversation was never started
     missing = await asyncio.to_thread(turns, harness, tmp_path, "state", conversation)
     assert missing.returncode == 1 and "no conversation" in missing.stderr
+
+
+# --- issue 29: answers that look like success --------------------------------------------
+
+SLOW = [{"text": "one two three four five six seven eight nine ten", "delay_ms": 2000}]
+
+
+async def test_cancel_says_what_it_cancelled(harness: Harness, tmp_path: Path) -> None:
+    """Old code: `turns cancel` printed "cancel requested" and exited 0 whatever there was."""
+    harness.start_worker()
+    conversation = harness.conv("cancel")
+    run = lambda *args: asyncio.to_thread(turns, harness, tmp_path, "cancel", *args)  # noqa: E731
+
+    missing = await run(harness.conv("never-started"))
+    assert missing.returncode == 1 and "no conversation" in missing.stderr, missing.stderr
+
+    started = await harness.turns.start(conversation, "hi", model=harness.script(SLOW))
+    await harness.turns.submit(conversation, "later", request_id="q-1")
+    queued = await run(conversation, "--request", "q-1")
+    assert queued.returncode == 0, queued.stderr
+    assert queued.stdout.strip() == "cancelled queued request q-1: it will not run"
+
+    running = await run(conversation)
+    assert running.returncode == 0, running.stderr
+    assert running.stdout.strip() == (
+        f"cancelled turn 1 (request {started.request_id}): it ended aborted"
+    )
+    assert (await harness.turns.state(conversation)).last_result.status == "aborted"  # type: ignore[union-attr]
+
+    for args, expected in [
+        ((), f"nothing to cancel: conversation {conversation!r} has no running turn"),
+        (("--request", "q-1"), "nothing to cancel: request q-1 already ended (aborted)"),
+        (
+            ("--request", started.request_id),
+            f"nothing to cancel: turn 1 (request {started.request_id}) already ended (aborted)",
+        ),
+        (("--request", "nope"), f"conversation {conversation!r} has no request 'nope'"),
+    ]:
+        out = await run(conversation, *args)
+        assert out.returncode == 1 and out.stdout == "", (args, out.stdout, out.stderr)
+        assert expected in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+async def test_cancel_without_a_worker_or_on_a_closed_conversation(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """No worker to answer `state`: the cancel is sent and said unconfirmed, at once (not a
+    30 s wait for the query); a closed conversation has nothing to cancel."""
+    conversation = harness.conv("no-worker")
+    handle = await harness.client.start_workflow(
+        "ConversationWorkflow", id=conversation, task_queue=harness.task_queue
+    )
+    out = await asyncio.to_thread(turns, harness, tmp_path, "cancel", conversation, timeout=20)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == (
+        f"cancel sent, not yet seen: no worker polls task queue {harness.task_queue!r} right"
+        " now; once one does, the conversation cancels its running turn, if there is one"
+        f" (`turns state {conversation}` then says how it ended)"
+    )
+    await handle.terminate()
+    out = await asyncio.to_thread(turns, harness, tmp_path, "cancel", conversation, timeout=20)
+    assert out.returncode == 1, out.stdout
+    assert out.stderr.strip() == (
+        f"turns: nothing to cancel: conversation {conversation!r} is terminated"
+    )
+
+
+def _sized_request(size: int, request_id: str) -> dict[str, object]:
+    """A submitMessages request whose payload is exactly ``size`` bytes on the wire."""
+    from durable_turns.codec import data_converter_from_env
+
+    converter = data_converter_from_env().payload_converter
+
+    def wire(n: int) -> int:
+        request = TurnsClient.request("x" * n, request_id=request_id)
+        return len(converter.to_payloads([request])[0].data)
+
+    request = TurnsClient.request("x" * (1 + size - wire(1)), request_id=request_id)
+    assert len(converter.to_payloads([request])[0].data) == size
+    return request
+
+
+async def test_rejections_are_said_at_the_cli_in_plain_words(
+    harness: Harness, tmp_path: Path
+) -> None:
+    """Old code: a rejected signal-with-start looked accepted (`turns continue` printed a
+    "[turn 0 · error …]" line), a rejected update was a traceback, and an undecodable payload's
+    reason read "request is not valid JSON: 1 validation error for any"."""
+    from temporalio.api.common.v1 import Payload
+    from temporalio.common import RawValue
+
+    from durable_turns.contract import MAX_QUEUED_BYTES
+
+    harness.start_worker()
+    conversation = harness.conv("rejected")
+    # an update the conversation refuses (its model id is too long): one line, exit 1
+    chat = await asyncio.to_thread(
+        turns, harness, tmp_path, "chat", conversation, "hi", "--model", "anthropic:" + "x" * 300
+    )
+    assert chat.returncode == 1, chat.stderr
+    assert chat.stderr.strip() == (
+        "turns: the conversation rejected the request (InvalidRequest): malformed request:"
+        " model: model id is 310 bytes; the limit is 256 bytes"
+    )
+    # a signal-with-start the conversation rejects (its queue is full): said, exit 1
+    await harness.turns.start(conversation, "hi", model=harness.script(SLOW))
+    half = (MAX_QUEUED_BYTES - 20) // 2  # leaves 20 bytes: no room for a continue request
+    for i in range(2):
+        await harness.turns.conversation(conversation).signal(
+            "submitMessages", _sized_request(half, f"big-{i}")
+        )
+    cont = await asyncio.to_thread(turns, harness, tmp_path, "continue", conversation)
+    assert cont.returncode == 1, (cont.stdout, cont.stderr)
+    assert "turns: the conversation rejected the request " in cont.stderr
+    assert "(QueueFull): the conversation's queue is full (2 requests," in cont.stderr
+    assert len(cont.stderr.strip().splitlines()) == 1 and "[turn" not in cont.stdout
+    # an undecodable payload: the parser's words, not pydantic's
+    await harness.client.get_workflow_handle(conversation).signal(
+        "submitMessages", RawValue(Payload(metadata={"encoding": b"json/plain"}, data=b"not json"))
+    )
+    for _ in range(100):
+        state = await harness.turns.state(conversation)
+        if state.rejected_count == 2:  # the refused update was never recorded
+            break
+        await asyncio.sleep(0.1)
+    reasons = [r.error.message for r in state.recent if r.status == "rejected" and r.error]
+    assert reasons[-1] == "request is not valid JSON: expected ident at line 1 column 2", reasons
+    shown = await asyncio.to_thread(turns, harness, tmp_path, "state", conversation)
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        "# 2 request(s) rejected; the latest, rejected-2 (InvalidPayload): request is not"
+        " valid JSON: expected ident at line 1 column 2"
+    ) in shown.stderr
+    assert "validation error for" not in shown.stdout + shown.stderr
+    assert shown.stdout.startswith("{\n  ") and '\n  "rejected_count": 2,' in shown.stdout
+    await harness.client.get_workflow_handle(conversation).terminate()
+
+
+async def test_the_conversation_id_filter_lists_the_conversation_too(harness: Harness) -> None:
+    """Old code: the UI link's ``ConversationId="…"`` filter listed the turns only."""
+    harness.start_worker()
+    conversation = harness.conv("listed")
+    assert (await harness.send(conversation, "Weather in Bern?")).status == "completed"
+    found: dict[str, str] = {}
+    for _ in range(100):  # visibility is eventually consistent
+        found = {
+            w.id: w.workflow_type
+            async for w in harness.client.list_workflows(f'ConversationId="{conversation}"')
+        }
+        if len(found) == 2:
+            break
+        await asyncio.sleep(0.1)
+    assert found == {
+        conversation: "ConversationWorkflow",
+        f"{conversation}/turn-1": "TurnWorkflow",
+    }

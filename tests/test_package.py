@@ -36,6 +36,7 @@ PUBLIC_MODULES = [
     "durable_turns.runtime",
     "durable_turns.client",
     "durable_turns.cli",
+    "durable_turns.entry",
 ]
 
 

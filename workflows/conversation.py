@@ -94,6 +94,11 @@ def _failure(rejected: Rejected) -> ApplicationError:
 LOCAL_OPEN_PATCH = "local-open-conversation"
 """Conversations recorded before it ran ``open_conversation`` as a regular activity."""
 
+CONVERSATION_ID_PATCH = "conversation-id-search-attribute"
+"""The conversation carries the ``ConversationId`` search attribute, as its turns do, so a
+``ConversationId="…"`` filter lists the conversation with its turns (runs recorded before
+it never set it)."""
+
 
 @workflow.defn(name=CONVERSATION_WORKFLOW)
 class ConversationWorkflow:
@@ -137,6 +142,11 @@ class ConversationWorkflow:
             raise ApplicationError(
                 f"invalid conversation id: {self._id_problem}", type=INVALID_ID, non_retryable=True
             )
+        if (
+            workflow.patched(CONVERSATION_ID_PATCH)
+            and workflow.info().typed_search_attributes.get(CONVERSATION_ID) != conversation_id
+        ):  # set once; a continue-as-new carries it over
+            workflow.upsert_search_attributes([CONVERSATION_ID.value_set(conversation_id)])
         if self._turn_count is None:
             # The store may be down: the activity retries until it answers (no attempt limit).
             self._waiting_for = "store"

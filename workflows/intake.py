@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
@@ -59,6 +60,17 @@ def decode(raw: RawValue, limit: int, what: str = "request") -> Any:
     except RecursionError:
         raise Rejected(INVALID_PAYLOAD, f"{what} is nested too deeply") from None
     except Exception as e:  # not JSON, bad UTF-8, lone surrogate, too deep, unknown encoding
-        problem = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-        raise Rejected(INVALID_PAYLOAD, f"{what} is not valid JSON: {problem}") from None
+        raise Rejected(INVALID_PAYLOAD, f"{what} is not valid JSON: {_problem(e)}") from None
     return value
+
+
+def _problem(error: Exception) -> str:
+    """What is wrong, in words: the parser's own message ("expected value at line 1 column
+    2"), not pydantic's wrapping of it ("1 validation error for any …")."""
+    if isinstance(error, ValidationError) and error.errors():
+        first = error.errors()[0]
+        text = str(first.get("msg") or first.get("type") or "")
+        text = text.removeprefix("Invalid JSON: ")
+    else:
+        text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return text[:200] or type(error).__name__

@@ -1,4 +1,4 @@
-"""``TurnWorkflow``: one chat turn, the step loop of DESIGN.md §2.
+"""``TurnWorkflow``: one chat turn, the step loop (README.md, "How a turn flows").
 
 Deterministic code only. It carries ids and small summaries; everything large lives in the
 transcript store and is loaded by the activities. Activities are called by name, so this

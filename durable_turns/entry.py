@@ -1,0 +1,76 @@
+"""``durable_turns.run(main())``: a script's entry point that always ends with its own status.
+
+A process that used a Temporal client can crash as the interpreter finalizes, after all its
+work is done: temporalio's native runtime keeps threads that may still call into Python while
+Python tears itself down ("Fatal Python error: PyGILState_Release: thread state … must be
+current when releasing", exit status 134, sometimes a segfault; temporalio/sdk-python#300).
+Seen here on Python 3.11, in about one run in 40 of the README's example (more on a busy
+machine); closing the client does not prevent it, because the runtime is process-wide.
+
+:func:`run` runs the coroutine, then leaves the way the interpreter would, minus the
+teardown the runtime can crash in: it waits for the non-daemon threads, runs the ``atexit``
+handlers (``logging`` flushes its handlers there), flushes stdout and stderr, and ends the
+process with ``os._exit``. It does the same on every Python version, so a script's exit
+status is its own wherever it runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import sys
+import threading
+import traceback
+from collections.abc import Coroutine
+from typing import Any, NoReturn
+
+
+def run(main: Coroutine[Any, Any, Any]) -> NoReturn:
+    """Run ``main`` (as ``asyncio.run`` does) and end the process; never returns.
+
+    The exit status is the one ``sys.exit(asyncio.run(main))`` would give: 0 when ``main``
+    returns None, its return value when that is an int; the code of a ``SystemExit`` it
+    raises; 1, with the traceback on stderr, for any other exception; 130 on Ctrl-C.
+    Make it the last line of a script: nothing after it runs.
+    """
+    try:
+        code = _status(asyncio.run(main))
+    except SystemExit as e:
+        code = _status(e.code)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    leave(code)
+
+
+def _status(value: object) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        return value
+    print(value, file=sys.stderr)  # as sys.exit("message") does
+    return 1
+
+
+def leave(code: int) -> NoReturn:
+    """End the process with ``code`` in an orderly way, without the interpreter's teardown:
+    non-daemon threads joined, ``atexit`` handlers run, stdout and stderr flushed."""
+    current = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not current and not thread.daemon:
+            thread.join()
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:  # a handler's failure is printed by atexit itself; go on
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed, or a broken pipe
+            pass
+    os._exit(code)
