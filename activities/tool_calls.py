@@ -22,7 +22,7 @@ from durable_turns.activities.lifecycle import Lifecycle
 from durable_turns.contract import TOOL_ERROR, TOOL_TIMEOUT, ToolResolution, validation_problems
 from durable_turns.hooks.types import ToolCallContext, ToolCallDecision
 from durable_turns.models.secrets import redact
-from durable_turns.tools import Tool, ToolContext, ToolRegistry
+from durable_turns.tools import Tool, ToolContext, ToolFailed, ToolRegistry
 
 INTERRUPTED = "The tool call was interrupted before a result was recorded."
 MAX_TOOL_ATTEMPTS = 3
@@ -153,6 +153,8 @@ async def execute(
         return ToolRun(jsonable(output))
     except asyncio.CancelledError:
         raise
+    except ToolFailed as e:  # the tool's own error result: the model is told, as it is
+        return ToolRun(jsonable(e.output), True)
     except Exception as e:
         if isinstance(e, TimeoutError) and limit.expired():
             text = f'ToolTimeout: tool "{tool.name}" did not finish within {tool.timeout_s:g}s.'

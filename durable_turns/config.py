@@ -95,6 +95,10 @@ class Settings:
     """TURNS_HOOKS: ``module:Class``, a TurnHooks subclass."""
     transforms: list[str] = field(default_factory=list)
     """TURNS_TRANSFORMS: comma-separated modules of ``@stream_transform`` functions."""
+    mcp: list[str] = field(default_factory=list)
+    """TURNS_MCP: MCP servers, ``NAME=COMMAND ARGS…`` or ``NAME=https://…``, ``;``-separated."""
+    mcp_config: str | None = None
+    """TURNS_MCP_CONFIG: a JSON file of MCP servers (``{"mcpServers": {...}}``)."""
     prometheus_bind: str | None = None
     """TURNS_PROMETHEUS_BIND: host:port to serve the Temporal runtime's Prometheus metrics."""
     otel: bool = False
@@ -146,6 +150,8 @@ class Settings:
             tools=_split(tools),
             hooks=_env("TURNS_HOOKS"),
             transforms=_split(transforms),
+            mcp=[v.strip() for v in (_env("TURNS_MCP") or "").split(";") if v.strip()],
+            mcp_config=_env("TURNS_MCP_CONFIG"),
             chunk_stream_url=_env("TURNS_CHUNK_STREAM_URL"),
             prometheus_bind=_env("TURNS_PROMETHEUS_BIND"),
             otel=(_env("TURNS_OTEL", "") or "").lower() in ("1", "true", "yes"),

@@ -42,6 +42,8 @@ from durable_turns.config import Settings, mask_url
 from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import EmbeddedServer, ServerStartError
 from durable_turns.hooks import Session, TurnHooks
+from durable_turns.mcp import McpPool, McpServerConfig
+from durable_turns.mcp import servers_from as mcp_servers
 from durable_turns.models import ModelRegistry
 from durable_turns.sandbox import sandbox_runner
 from durable_turns.store import TranscriptStore, open_store
@@ -353,6 +355,7 @@ def ready_lines(
     hooks: TurnHooks,
     tools: ToolRegistry,
     server: EmbeddedServer | None,
+    mcp: McpPool | None = None,
 ) -> list[str]:
     """What a worker serves, said once it is polling: where, which queue, models, tools,
     hooks, transforms, and where its data lives (passwords masked)."""
@@ -380,7 +383,7 @@ def ready_lines(
         if settings.demo_dir
         else "(TURNS_DEMO_DIR unset: the built-in demo scripts only)"
     )
-    return [
+    lines = [
         f"worker ready: {where} · namespace {settings.namespace}"
         f" · task queue {settings.task_queue!r}",
         f"  model       {model}; providers demo, {providers}",
@@ -391,6 +394,25 @@ def ready_lines(
         f"  store       {mask_url(settings.resolved_store_url)}",
         f"  chunks      {mask_url(settings.resolved_chunk_stream_url)}",
     ]
+    if mcp is not None:
+        lines += [f"  mcp         {line}" for line in mcp.describe()]
+    return lines
+
+
+@contextlib.asynccontextmanager
+async def mcp_pool(
+    servers: list[McpServerConfig], tools: ToolRegistry
+) -> AsyncIterator[McpPool | None]:
+    """The worker's MCP sessions (None without servers), their tools in ``tools``."""
+    if not servers:
+        yield None
+        return
+    pool = McpPool(servers, tools)
+    await pool.start()
+    try:
+        yield pool
+    finally:
+        await pool.aclose()
 
 
 async def serve(settings: Settings) -> None:
@@ -402,14 +424,18 @@ async def serve(settings: Settings) -> None:
     hooks = load_hooks(settings.hooks)
     tools = load_tools(settings.tools)
     load_user_transforms(settings.transforms)
+    servers = mcp_servers(settings.mcp, settings.mcp_config)
     async with embedded_server_if_needed(settings) as server:
         client = await connect_with_retry(settings, stop)
         if client is None:
             print("worker stopped", flush=True)
             return
         await check_search_attributes(client, settings.namespace)
-        async with running_worker(client, settings, hooks=hooks, tools=tools):
-            print("\n".join(ready_lines(settings, hooks, tools, server)), flush=True)
+        async with (
+            mcp_pool(servers, tools) as mcp,
+            running_worker(client, settings, hooks=hooks, tools=tools),
+        ):
+            print("\n".join(ready_lines(settings, hooks, tools, server, mcp)), flush=True)
             await stop.wait()
     print("worker stopped", flush=True)
 
@@ -428,6 +454,14 @@ def add_worker_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--task-queue", help="task queue (env TURNS_TASK_QUEUE)")
     p.add_argument("--model", help="default provider:model id (env TURNS_MODEL)")
+    p.add_argument(
+        "--mcp",
+        action="append",
+        metavar="NAME=COMMAND_OR_URL",
+        help="an MCP server: NAME=COMMAND ARGS… (stdio) or NAME=https://… (repeatable; env"
+        " TURNS_MCP, ';'-separated)",
+    )
+    p.add_argument("--mcp-config", help="a JSON file of MCP servers (env TURNS_MCP_CONFIG)")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -435,6 +469,8 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     return settings.with_overrides(
         tools=settings.tools + (args.tools or []),
         transforms=settings.transforms + (args.transforms or []),
+        mcp=settings.mcp + (args.mcp or []),
+        mcp_config=args.mcp_config,
         hooks=args.hooks,
         task_queue=args.task_queue,
         model=args.model,

@@ -40,7 +40,7 @@ import dataclasses
 import functools
 import importlib
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
@@ -151,6 +151,15 @@ class Tool:
         return last
 
 
+class ToolFailed(Exception):
+    """Raised by a tool to return an error result the model sees (``is_error``), as it is:
+    no traceback in the log, no retry (an MCP server's ``isError`` result is one)."""
+
+    def __init__(self, output: Any) -> None:
+        super().__init__(str(output))
+        self.output = output
+
+
 _EMPTY_INPUT = create_model("EmptyInput")
 
 SYNC_TOOL_THREADS = 32
@@ -245,10 +254,14 @@ def _is_demo_tool(t: Tool) -> bool:
 
 
 class ToolRegistry:
-    """The tools a worker can run, by name."""
+    """The tools a worker can run, by name: its own (in the order they were added), then
+    each group's (MCP servers': by group name, then tool name, whatever order they came in),
+    so the tool list a model sees is the same on every worker and every refresh."""
 
     def __init__(self, tools: list[Tool] | None = None) -> None:
         self._tools: dict[str, Tool] = {}
+        self._groups: dict[str, dict[str, Tool]] = {}
+        self._all: dict[str, Tool] = {}
         for t in tools or []:
             self.add(t)
 
@@ -257,17 +270,35 @@ class ToolRegistry:
         existing = self._tools.get(t.name)
         if existing is not None and existing is not t and not _is_demo_tool(existing):
             raise ValueError(f"two tools are named {t.name!r}")
+        if any(t.name in g for g in self._groups.values()):
+            raise ValueError(f"two tools are named {t.name!r}")
         self._tools[t.name] = t
+        self._index()
+
+    def set_group(self, group: str, tools: Sequence[Tool]) -> None:
+        """Replace the tools of ``group`` (an MCP server's) with ``tools``; a name taken by
+        one of the worker's own tools is an error."""
+        clash = sorted(t.name for t in tools if t.name in self._tools)
+        if clash:
+            raise ValueError(f"tools {clash} of {group!r} have the names of the worker's own tools")
+        self._groups[group] = {t.name: t for t in sorted(tools, key=lambda t: t.name)}
+        self._index()
+
+    def _index(self) -> None:
+        merged = dict(self._tools)
+        for group in sorted(self._groups):
+            merged.update(self._groups[group])
+        self._all = merged
 
     def get(self, name: str) -> Tool | None:
-        return self._tools.get(name)
+        return self._all.get(name)
 
     def names(self) -> list[str]:
-        return list(self._tools)
+        return list(self._all)
 
     def defaults(self, model: str | None = None) -> list[str]:
         """The tools every step of ``model`` is offered (None: the model is not known)."""
-        return [n for n, t in self._tools.items() if t.default and t.offered_to(model)]
+        return [n for n, t in self._all.items() if t.default and t.offered_to(model)]
 
     def load_module(self, module_name: str) -> None:
         """Register every ``Tool`` defined at the top level of a module."""
