@@ -139,3 +139,114 @@ def test_the_guard_takes_out_only_new_updates_too_large_to_answer() -> None:
     assert kinds == [("do_update", True), ("do_update", False), ("signal_workflow", False)]
     assert answerable_bytes(None) == answerable_bytes(2 * 1024 * 1024) == 2_031_616
     assert answerable_bytes(512 * 1024) == 458_752
+
+
+# --- requests that grow when parsed ------------------------------------------------------
+
+
+def _many_messages(count: int, request_id: str) -> dict[str, Any]:
+    return {
+        "messages": [{"role": "user", "content": "x"} for _ in range(count)],
+        "request_id": request_id,
+        "model": "demo:echo",
+    }
+
+
+async def test_a_request_that_grows_when_parsed_is_rejected_not_wedged(harness: Harness) -> None:
+    """Old code: a 240 KB request (under every limit) of 8,000 one-letter messages with a
+    500-byte request id became a 4.6 MB turn input once each message carried its scoped id:
+    starting the turn failed the workflow task (PayloadsTooLarge) on every retry, for ever."""
+    harness.start_worker()
+    conversation = harness.conv("grows")
+    await harness.send(conversation, "first", model="demo:echo")
+    handle = harness.client.get_workflow_handle(conversation)
+    await handle.signal("submitMessages", _many_messages(8000, "r" * 500))
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update("sendMessage", _many_messages(8000, "u" * 500))
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "RequestTooLarge"
+    assert "as the conversation keeps it" in cause.message
+    result = await asyncio.wait_for(harness.send(conversation, "next", model="demo:echo"), 10)
+    assert result.status == "completed" and result.turn_number == 2
+    state = await harness.turns.state(conversation)
+    [rejected] = [r for r in state.recent if r.status == "rejected"]
+    assert rejected.error is not None and rejected.error.type == "RequestTooLarge"
+    # a request that grows but fits still runs
+    await handle.signal("submitMessages", _many_messages(500, "ok-" + "o" * 400))
+    await _until(lambda: _turns(harness, conversation, 3))
+    assert await _failed_tasks(handle) == []
+
+
+async def _turns(harness: Harness, conversation: str, count: int) -> bool:
+    state = await harness.turns.state(conversation)
+    return state.turn_count >= count and state.running is None and not state.queue
+
+
+async def _until(check: Any, within_s: float = 20) -> None:
+    deadline = time.monotonic() + within_s
+    while not await check():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_rejection_never_echoes_a_clients_key(harness: Harness) -> None:
+    """Old code: an extra field's name went into the rejection whole (20 of them, 100 KB each,
+    made a 1 MB state answer, carried over continue-as-new)."""
+    harness.start_worker()
+    conversation = harness.conv("echo-key")
+    await harness.send(conversation, "first", model="demo:echo")
+    handle = harness.client.get_workflow_handle(conversation)
+    for i in range(20):
+        key = f"k{i}" * 60_000
+        await handle.signal(
+            "submitMessages", {"messages": [{"role": "user", "content": "x"}], key: 1}
+        )
+    await harness.send(conversation, "second", model="demo:echo")
+    state = await harness.turns.state(conversation)
+    assert state.rejected_count == 20
+    assert len(state.model_dump_json()) < 60_000
+    messages = [r.error.message for r in state.recent if r.status == "rejected" and r.error]
+    assert messages and all(len(m) < 400 for m in messages)
+
+
+def test_what_continue_as_new_carries_is_measured_and_bounded() -> None:
+    """Results, rejected and finished records are left behind, oldest first, until the
+    carry fits; the queue is carried whole."""
+    from pydantic_core import to_json
+
+    from durable_turns.contract import (
+        MAX_CARRIED_BYTES,
+        ConversationInput,
+        ErrorInfo,
+        PendingRequest,
+        RequestRecord,
+    )
+    from durable_turns.workflows.conversation import _fit
+
+    def result(i: int) -> TurnResult:
+        return TurnResult(
+            request_id=f"r{i}",
+            conversation_id="c",
+            turn_number=i,
+            workflow_id="w",
+            status="completed",
+            text="t" * 60_000,
+        )
+
+    def record(i: int) -> RequestRecord:
+        error = ErrorInfo(type="ProviderError", message="e" * 5000)
+        return RequestRecord(request_id=f"q{i}" * 100, status="error", error=error)
+
+    queue = [PendingRequest(request_id=f"p{i}", body={"b": "z" * 100_000}) for i in range(5)]
+    carry = ConversationInput(
+        queue=queue,
+        results=[result(i) for i in range(30)],
+        recent=[record(i) for i in range(50)],
+        rejected=[record(i) for i in range(20)],
+        last_body={"b": "z" * 200_000},
+    )
+    assert len(to_json(carry)) > 2 * 1024 * 1024
+    fitted = _fit(carry)
+    assert len(to_json(fitted)) <= MAX_CARRIED_BYTES
+    assert fitted.queue == queue and fitted.results  # the newest results stay
+    assert fitted.results[-1].request_id == "r29" and fitted.recent and fitted.rejected

@@ -19,6 +19,7 @@ from collections import deque
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import to_json
 from temporalio import workflow
 from temporalio.common import RawValue, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError, ChildWorkflowError, FailureError
@@ -31,16 +32,19 @@ with workflow.unsafe.imports_passed_through():
         HANDED_OVER,
         INVALID_ID,
         INVALID_REQUEST,
+        MAX_CARRIED_BYTES,
         MAX_CARRIED_RESULT_BYTES,
         MAX_QUEUED_BYTES,
         MAX_QUEUED_REQUESTS,
         MAX_REQUEST_BYTES,
+        MAX_STORED_REQUEST_BYTES,
         MAX_TOOL_RESULT_BYTES,
         MESSAGE_ID_CONFLICT,
         OPEN_CONVERSATION,
         QUERY_STATE,
         QUEUE_FULL,
         REQUEST_EXPIRED,
+        REQUEST_TOO_LARGE,
         SIGNAL_CANCEL,
         SIGNAL_CONTINUE,
         SIGNAL_SUBMIT,
@@ -68,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
         validation_problems,
     )
     from durable_turns.workflows import options
-    from durable_turns.workflows.intake import ABSENT, Rejected, decode, payload_size
+    from durable_turns.workflows.intake import ABSENT, Rejected, decode
 
 RECENT = 50
 """How many finished requests ``state`` remembers (and carries over continue-as-new)."""
@@ -104,6 +108,7 @@ class ConversationWorkflow:
         self._turn_count = inp.turn_count
         self._queue: deque[PendingRequest] = deque(inp.queue)
         self._queued_bytes = sum(p.size for p in inp.queue)
+        """What the queue holds, as stored (``PendingRequest.size``, its JSON)."""
         self._records: dict[str, RequestRecord] = {r.request_id: r for r in inp.recent}
         self._done: deque[str] = deque(r.request_id for r in inp.recent)
         """Finished request ids, oldest first: trimming is O(1) per request."""
@@ -203,13 +208,16 @@ class ConversationWorkflow:
         result = await self._run_turn(conversation_id, request)
         self._complete(request, result)
         if result.auto_continue:  # client tool results arrived: continue before anything else
-            follow = PendingRequest(
-                request_id=str(workflow.uuid4()),
-                kind="continue",
-                body=request.body,
-                model=request.model,
+            follow = _sized(
+                PendingRequest(
+                    request_id=str(workflow.uuid4()),
+                    kind="continue",
+                    body=request.body,
+                    model=request.model,
+                )
             )
             self._queue.appendleft(follow)
+            self._queued_bytes += follow.size
             self._records[follow.request_id] = RequestRecord(
                 request_id=follow.request_id, kind="continue"
             )
@@ -357,10 +365,7 @@ class ConversationWorkflow:
         value: Any = None
         try:
             value = decode(raw, MAX_REQUEST_BYTES)
-            request = self._parse_submit(value)
-            if request.request_id is None or request.request_id not in self._records:
-                self._check_room(payload_size(raw))
-            self._enqueue(request, payload_size(raw))
+            self._enqueue(self._parse_submit(value))
         except Rejected as e:
             self._reject(value, e.type, e.message)
 
@@ -411,8 +416,7 @@ class ConversationWorkflow:
             request = self._parse_submit(decode(raw, MAX_REQUEST_BYTES))
             request_id = request.request_id or ""
             if request_id not in self._records:
-                self._check_room(payload_size(raw))
-                request_id = self._enqueue(request, payload_size(raw))
+                request_id = self._enqueue(request)
         except Rejected as e:
             raise _failure(e) from None
         return request_id
@@ -424,7 +428,9 @@ class ConversationWorkflow:
                 raise Rejected(INVALID_ID, f"invalid conversation id: {self._id_problem}")
             request = self._parse_submit(decode(raw, MAX_REQUEST_BYTES))
             if request.request_id is None or request.request_id not in self._records:
-                self._check_room(payload_size(raw))
+                # what the handler will keep, measured as it will (nothing is kept here)
+                pending = self._pending(request, request.request_id or "-" * 36)
+                self._check_room(pending.size)
         except Rejected as e:
             raise _failure(e) from None
 
@@ -448,21 +454,18 @@ class ConversationWorkflow:
             request_id = req.request_id or str(workflow.uuid4())
             if request_id in self._records:
                 return
-            self._check_room(payload_size(raw))
+            body = req.body if req.body is not None else self._last_body
+            pending = _sized(
+                PendingRequest(
+                    request_id=request_id, kind="continue", body=body, model=self._last_model
+                )
+            )
+            self._check_room(pending.size)
         except Rejected as e:
             self._reject(value, e.type, e.message)
             return
-        body = req.body if req.body is not None else self._last_body
-        self._queue.append(
-            PendingRequest(
-                request_id=request_id,
-                kind="continue",
-                body=body,
-                model=self._last_model,
-                size=payload_size(raw),
-            )
-        )
-        self._queued_bytes += payload_size(raw)
+        self._queue.append(pending)
+        self._queued_bytes += pending.size
         self._records[request_id] = RequestRecord(request_id=request_id, kind="continue")
 
     @workflow.signal(name=SIGNAL_CANCEL)
@@ -558,10 +561,8 @@ class ConversationWorkflow:
                 f" {MAX_QUEUED_BYTES} bytes): retry once it drains",
             )
 
-    def _enqueue(self, req: SubmitMessages, size: int = 0) -> str:
-        request_id = req.request_id or str(workflow.uuid4())
-        if request_id in self._records:
-            return request_id  # idempotent: the same request id is accepted once
+    def _pending(self, req: SubmitMessages, request_id: str) -> PendingRequest:
+        """The request as the conversation keeps it, sized as stored (raises Rejected)."""
         # Message ids are scoped to their request: a client-chosen id can neither collide
         # with another request's messages nor with the engine's own (turn-derived) ids.
         messages = [
@@ -572,16 +573,29 @@ class ConversationWorkflow:
             raise Rejected(
                 MESSAGE_ID_CONFLICT, "two messages of the request would have the same id"
             )
-        self._queue.append(
+        pending = _sized(
             PendingRequest(
-                request_id=request_id,
-                messages=messages,
-                body=req.body,
-                model=req.model,
-                size=size,
+                request_id=request_id, messages=messages, body=req.body, model=req.model
             )
         )
-        self._queued_bytes += size
+        if pending.size > MAX_STORED_REQUEST_BYTES:
+            raise Rejected(
+                REQUEST_TOO_LARGE,
+                f"request is {pending.size} bytes as the conversation keeps it ({len(messages)}"
+                " message(s), each with its id scoped to the request); the limit is"
+                f" {MAX_STORED_REQUEST_BYTES} bytes. Send fewer, larger messages, or large"
+                " content by reference.",
+            )
+        return pending
+
+    def _enqueue(self, req: SubmitMessages) -> str:
+        request_id = req.request_id or str(workflow.uuid4())
+        if request_id in self._records:
+            return request_id  # idempotent: the same request id is accepted once
+        pending = self._pending(req, request_id)
+        self._check_room(pending.size)
+        self._queue.append(pending)
+        self._queued_bytes += pending.size
         self._records[request_id] = RequestRecord(request_id=request_id)
         self._last_body = req.body
         self._last_model = req.model
@@ -623,7 +637,8 @@ class ConversationWorkflow:
 
     def _carry(self) -> ConversationInput:
         # Bounded whatever was queued or answered: the queue by MAX_QUEUED_BYTES, results by
-        # MAX_CARRIED_RESULT_BYTES (newest first), records by RECENT.
+        # MAX_CARRIED_RESULT_BYTES (newest first), records by RECENT; and the whole is
+        # measured as it is sent, and cut to MAX_CARRIED_BYTES (_fit).
         results: list[TurnResult] = []
         budget = MAX_CARRIED_RESULT_BYTES
         for result in reversed(list(self._results.values())):
@@ -635,21 +650,44 @@ class ConversationWorkflow:
         last = self._last_result
         if last is not None and len(last.text) > 4096:
             last = last.model_copy(update={"text": last.text[:4096] + "…"})
-        return ConversationInput(
-            model=self._settings.model,
-            max_steps=self._settings.max_steps,
-            turn_count=self._turn_count,
-            queue=list(self._queue),
-            recent=self._finished(),
-            last_result=last,
-            last_body=self._last_body,
-            last_model=self._last_model,
-            usage=self._usage,
-            cost_usd=self._cost,
-            results=results[::-1],
-            rejected=list(self._rejected),
-            rejected_count=self._rejected_count,
+        return _fit(
+            ConversationInput(
+                model=self._settings.model,
+                max_steps=self._settings.max_steps,
+                turn_count=self._turn_count,
+                queue=list(self._queue),
+                recent=self._finished(),
+                last_result=last,
+                last_body=self._last_body,
+                last_model=self._last_model,
+                usage=self._usage,
+                cost_usd=self._cost,
+                results=results[::-1],
+                rejected=list(self._rejected),
+                rejected_count=self._rejected_count,
+            )
         )
+
+
+def _sized(pending: PendingRequest) -> PendingRequest:
+    """``pending`` with its ``size``: its JSON as it will be sent (the turn's input, and what
+    continue-as-new carries of it)."""
+    pending.size = len(to_json(pending))
+    return pending
+
+
+def _fit(carry: ConversationInput) -> ConversationInput:
+    """``carry`` within MAX_CARRIED_BYTES: what it holds beside the queue is left behind, the
+    least needed and oldest first (results: a retry gets RequestExpired; rejected records;
+    finished records), until it fits. Measured once per hand-over."""
+    size = len(to_json(carry))
+    for field in ("results", "rejected", "recent"):
+        items: list[Any] = getattr(carry, field)
+        while size > MAX_CARRIED_BYTES and items:
+            size -= len(to_json(items.pop(0))) + 1
+    if size > MAX_CARRIED_BYTES:  # a body as large as a request: the continuation's default
+        carry.last_body = {}
+    return carry
 
 
 def _handed_over(request_id: str) -> ApplicationError:
