@@ -574,9 +574,7 @@ class ConversationWorkflow:
                 MESSAGE_ID_CONFLICT, "two messages of the request would have the same id"
             )
         pending = _sized(
-            PendingRequest(
-                request_id=request_id, messages=messages, body=req.body, model=req.model
-            )
+            PendingRequest(request_id=request_id, messages=messages, body=req.body, model=req.model)
         )
         if pending.size > MAX_STORED_REQUEST_BYTES:
             raise Rejected(
