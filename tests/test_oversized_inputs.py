@@ -18,9 +18,11 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.contract import CONVERSATION_WORKFLOW, TurnResult
+from durable_turns.messages import ToolResultPart
 from durable_turns.update_guard import answerable_bytes, drop_unanswerable_updates
 from tests.support.harness import Harness
 from tests.support.load import busy_cores
+from tests.support.probes import pending_calls
 
 
 def _request(size: int) -> dict[str, Any]:
@@ -250,3 +252,61 @@ def test_what_continue_as_new_carries_is_measured_and_bounded() -> None:
     assert len(to_json(fitted)) <= MAX_CARRIED_BYTES
     assert fitted.queue == queue and fitted.results  # the newest results stay
     assert fitted.results[-1].request_id == "r29" and fitted.recent and fitted.rejected
+
+
+# --- tool results ---------------------------------------------------------------------------
+
+LOCATE = [
+    {"text": "Let me ask your device.", "tool_calls": [{"name": "where_am_i", "input": {}}]},
+    {"text": "You are in {tool_results}."},
+]
+
+
+async def test_a_burst_of_large_tool_results_reaches_the_turn(harness: Harness) -> None:
+    """Old code: the conversation forwarded every submitToolResult to the turn at once, one
+    command each; 20 of 250 KB in one workflow task made a completion over gRPC's 4 MiB
+    limit (GrpcMessageTooLarge), and Temporal terminated the conversation and its turn."""
+    first = harness.start_worker()
+    conversation = harness.conv("tool-burst")
+    request = await harness.turns.submit(conversation, "where?", model=harness.script(LOCATE))
+    [call] = await pending_calls(harness, conversation)
+    first.kill()  # the burst arrives while no worker runs: one activation takes it all
+    handle = harness.client.get_workflow_handle(conversation)
+    for i in range(20):
+        await handle.signal("submitToolResult", {"tool_call_id": f"x-{i}", "output": "z" * 250_000})
+    await handle.signal(
+        "submitToolResult", {"tool_call_id": call["tool_call_id"], "output": "Faro"}
+    )
+    harness.start_worker()
+    result = await asyncio.wait_for(harness.turns.wait(conversation, request), 60)
+    assert result.status == "completed" and result.auto_continue, result.error
+    assert await _failed_tasks(handle) == []
+    assert await _failed_tasks(harness.client.get_workflow_handle(result.workflow_id)) == []
+    assert (await harness.send(conversation, "still there?", model="demo:echo")).status == (
+        "completed"
+    )
+
+
+async def test_many_large_client_answers_are_sent_in_bounded_batches(harness: Harness) -> None:
+    """Old code: a step's 20 client calls, each answered with 250 KB, were all scheduled in
+    one workflow task (5 MB of activity inputs): over gRPC's limit, and the turn and its
+    conversation were terminated."""
+    harness.start_worker()
+    conversation = harness.conv("many-answers")
+    model = harness.script(
+        [{"tool_calls": [{"name": "where_am_i", "input": {}}] * 20}, {"text": "done"}]
+    )
+    request = await harness.turns.submit(conversation, "where, twenty times?", model=model)
+    calls = await pending_calls(harness, conversation, 20)
+    turn = harness.client.get_workflow_handle(f"{conversation}/turn-1")
+    for i, call in enumerate(calls):
+        answer = {"tool_call_id": call["tool_call_id"], "output": f"{i}" + "z" * 250_000}
+        await turn.signal("toolResult", answer)
+    result = await asyncio.wait_for(harness.turns.wait(conversation, request), 60)
+    assert result.status == "completed" and result.auto_continue, result.error
+    assert await _failed_tasks(turn) == []
+    messages = await (await harness.store()).messages(conversation)
+    outputs = [p.output for m in messages for p in m.parts if isinstance(p, ToolResultPart)]
+    assert sorted(o[: len(str(i))] for i, o in enumerate(outputs)) == sorted(
+        str(i) for i in range(20)
+    )

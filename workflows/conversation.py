@@ -77,6 +77,10 @@ with workflow.unsafe.imports_passed_through():
 RECENT = 50
 """How many finished requests ``state`` remembers (and carries over continue-as-new)."""
 
+MAX_PENDING_TOOL_RESULT_BYTES = 4 * 1024 * 1024
+"""Tool results waiting to be forwarded to the turn (one per workflow task); past it,
+``QueueFull``. In memory only: those still waiting when the turn ends are dropped."""
+
 RECENT_REJECTED = 20
 """How many rejected requests ``state`` shows (``rejected_count`` counts them all)."""
 
@@ -89,6 +93,9 @@ TURN_START_ATTEMPTS = 3
 
 PATCH_HANDOVER_WITH_QUEUE = "conversation-continue-as-new-with-queue"
 """Continue-as-new between turns even with requests still queued."""
+
+PATCH_FORWARD_ONE_AT_A_TIME = "conversation-forward-tool-results-one-at-a-time"
+"""Tool results reach the turn one signal per workflow task (before: one each, all at once)."""
 
 
 def _failure(rejected: Rejected) -> ApplicationError:
@@ -129,6 +136,12 @@ class ConversationWorkflow:
         self._running: PendingRequest | None = None
         self._running_turn: workflow.ChildWorkflowHandle[Any, TurnResult] | None = None
         self._responses: set[asyncio.Task[Any]] = set()
+        """Work that runs beside the loop (on_chat_response, forwarding tool results): a
+        hand-over waits for it."""
+        self._tool_results: deque[tuple[Any, int]] = deque()
+        """Tool results for the running turn, waiting to be forwarded, with their sizes."""
+        self._tool_result_bytes = 0
+        self._forwarder: asyncio.Task[None] | None = None
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -508,7 +521,11 @@ class ConversationWorkflow:
 
     @workflow.signal(name=SIGNAL_TOOL_RESULT)
     async def submit_tool_result(self, raw: RawValue = ABSENT) -> None:
-        """A client tool's result or an approval, for the turn that waits on it."""
+        """A client tool's result or an approval, for the turn that waits on it.
+
+        Forwarded one signal per workflow task: each is up to MAX_TOOL_RESULT_BYTES, and a
+        burst forwarded at once (one command each, in one task's completion) went past gRPC's
+        4 MiB message limit, and Temporal terminates a workflow whose task cannot be sent."""
         try:
             value = decode(raw, MAX_TOOL_RESULT_BYTES, "tool result")
         except Rejected as e:
@@ -517,7 +534,48 @@ class ConversationWorkflow:
         if self._running_turn is None:
             self._reject(value, INVALID_REQUEST, "no turn is running, so no tool call is waiting")
             return
-        await self._running_turn.signal(TURN_SIGNAL_TOOL_RESULT, value)
+        if not workflow.patched(PATCH_FORWARD_ONE_AT_A_TIME):
+            await self._running_turn.signal(TURN_SIGNAL_TOOL_RESULT, value)
+            return
+        size = len(to_json(value))  # as it will be forwarded (re-encoding can grow it)
+        if size > MAX_TOOL_RESULT_BYTES:
+            self._reject(
+                None,
+                REQUEST_TOO_LARGE,
+                f"tool result is {size} bytes as forwarded; the limit is {MAX_TOOL_RESULT_BYTES}",
+            )
+            return
+        if self._tool_result_bytes + size > MAX_PENDING_TOOL_RESULT_BYTES:
+            self._reject(
+                value,
+                QUEUE_FULL,
+                f"{self._tool_result_bytes} bytes of tool results are waiting to reach the"
+                f" turn (limit {MAX_PENDING_TOOL_RESULT_BYTES}): retry in a moment",
+            )
+            return
+        self._tool_results.append((value, size))
+        self._tool_result_bytes += size
+        if self._forwarder is None:
+            self._forwarder = asyncio.create_task(self._forward_tool_results())
+            self._responses.add(self._forwarder)
+            self._forwarder.add_done_callback(self._responses.discard)
+
+    async def _forward_tool_results(self) -> None:
+        """One tool result at a time to the running turn; what is left when it ends is
+        dropped (no call waits for it any more)."""
+        try:
+            while self._tool_results:
+                value, size = self._tool_results.popleft()
+                self._tool_result_bytes -= size
+                turn = self._running_turn
+                if turn is None:
+                    continue
+                try:
+                    await turn.signal(TURN_SIGNAL_TOOL_RESULT, value)
+                except Exception as err:  # the turn ended meanwhile: nothing waits for it
+                    workflow.logger.info("tool result not forwarded: %s", err)
+        finally:
+            self._forwarder = None
 
     @workflow.query(name=QUERY_STATE)
     def state(self) -> ConversationState:
