@@ -310,3 +310,44 @@ async def test_many_large_client_answers_are_sent_in_bounded_batches(harness: Ha
     assert sorted(o[: len(str(i))] for i, o in enumerate(outputs)) == sorted(
         str(i) for i in range(20)
     )
+
+
+# --- query answers --------------------------------------------------------------------------
+
+
+async def test_the_state_answer_stays_bounded_whatever_clients_send(harness: Harness) -> None:
+    """The worst a client can make of the ``state`` answer: a full queue of requests with
+    512-byte ids, and the 20 rejections shown with the longest messages. It stays far under
+    the 2 MiB a query answer may carry (queries answered inside a workflow task count too)."""
+    conversation = harness.conv("big-state")
+    handle = await harness.client.start_workflow(
+        CONVERSATION_WORKFLOW, id=conversation, task_queue=harness.task_queue
+    )
+    first = harness.turns.request("where?", model=harness.script(LOCATE))
+    requests = [first] + [
+        {
+            "messages": [{"role": "user", "content": "q"}],
+            "request_id": f"{i:04d}" + "i" * 508,
+            "model": "demo:echo",
+        }
+        for i in range(1100)
+    ]
+    requests += [
+        {"messages": "no", "request_id": "é" * 200, f"{i}" * 200_000: 1} for i in range(20)
+    ]
+    sem = asyncio.Semaphore(32)
+
+    async def send(arg: dict[str, Any]) -> None:
+        async with sem:
+            await handle.signal("submitMessages", arg)
+
+    await send(requests[0])  # first: its turn waits for the client, the others stay queued
+    await asyncio.gather(*(send(r) for r in requests[1:]))
+    harness.start_worker()  # one activation takes them all
+    await pending_calls(harness, conversation)
+    state = await harness.turns.state(conversation)
+    assert state.queued_count >= 300 and state.rejected_count >= 20
+    assert len(state.model_dump_json().encode()) < 1024 * 1024
+    turn = await harness.client.get_workflow_handle(f"{conversation}/turn-1").query("state")
+    assert len(str(turn)) < 10_000
+    await handle.terminate()
