@@ -44,6 +44,7 @@ from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import EmbeddedServer
 from durable_turns.hooks import Session, TurnHooks
 from durable_turns.models import ModelRegistry
+from durable_turns.models.secrets import redact_logs
 from durable_turns.sandbox import sandbox_runner
 from durable_turns.store import TranscriptStore, open_store
 from durable_turns.streams import open_stream_backend
@@ -455,6 +456,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    redact_logs()  # no log line carries a provider key, or any run of 12 of its characters
     args = parser().parse_args(argv)
     try:
         asyncio.run(serve(settings_from_args(args)))
