@@ -16,6 +16,7 @@ from temporalio.bridge.proto.workflow_activation import WorkflowActivation
 from temporalio.client import WithStartWorkflowOperation, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 
 from durable_turns.contract import CONVERSATION_WORKFLOW, TurnResult
 from durable_turns.messages import ToolResultPart
@@ -351,3 +352,44 @@ async def test_the_state_answer_stays_bounded_whatever_clients_send(harness: Har
     turn = await harness.client.get_workflow_handle(f"{conversation}/turn-1").query("state")
     assert len(str(turn)) < 10_000
     await handle.terminate()
+
+
+# --- signals --------------------------------------------------------------------------------
+
+
+async def test_every_signal_far_over_its_limit_is_refused_and_nothing_fails(
+    harness: Harness,
+) -> None:
+    """Every signal a client can size, at 1 MB (over the engine's limit: a typed rejection)
+    and at 3.4 MB (over the server's blob limit: refused to the sender, never recorded). No
+    workflow task fails, and the conversation and its waiting turn go on."""
+    harness.start_worker()
+    conversation = harness.conv("big-signals")
+    request = await harness.turns.submit(conversation, "where?", model=harness.script(LOCATE))
+    [call] = await pending_calls(harness, conversation)
+    handle = harness.client.get_workflow_handle(conversation)
+    turn = harness.client.get_workflow_handle(f"{conversation}/turn-1")
+
+    def payloads(size: int) -> list[tuple[WorkflowHandle[Any, Any], str, Any]]:
+        big = "y" * size
+        return [
+            (handle, "submitMessages", _request(size)),
+            (handle, "continueLastTurn", {"body": {"x": big}}),
+            (handle, "cancelChat", {"request_id": "r", "x": big}),
+            (handle, "submitToolResult", {"tool_call_id": call["tool_call_id"], "output": big}),
+            (turn, "toolResult", {"tool_call_id": call["tool_call_id"], "output": big}),
+        ]
+
+    for target, name, arg in payloads(3_400_000):
+        with pytest.raises(RPCError, match="size exceeds limit"):
+            await target.signal(name, arg)
+    for target, name, arg in payloads(1_000_000):
+        await target.signal(name, arg)
+    state = await harness.turns.state(conversation)
+    types = [r.error.type for r in state.recent if r.status == "rejected" and r.error]
+    assert types == ["RequestTooLarge"] * 4
+    assert any("RequestTooLarge" in r for r in (await turn.query("state"))["rejected_tool_results"])
+    await harness.turns.submit_tool_result(conversation, call["tool_call_id"], "Faro")
+    result = await asyncio.wait_for(harness.turns.wait(conversation, request), 30)
+    assert result.status == "completed"
+    assert await _failed_tasks(handle) == [] and await _failed_tasks(turn) == []
