@@ -72,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
         validation_problems,
     )
     from durable_turns.workflows import options
-    from durable_turns.workflows.intake import ABSENT, Rejected, decode
+    from durable_turns.workflows.intake import ABSENT, Rejected, decode, payload_size
 
 RECENT = 50
 """How many finished requests ``state`` remembers (and carries over continue-as-new)."""
@@ -93,6 +93,10 @@ TURN_START_ATTEMPTS = 3
 
 PATCH_HANDOVER_WITH_QUEUE = "conversation-continue-as-new-with-queue"
 """Continue-as-new between turns even with requests still queued."""
+
+PATCH_STORED_SIZES = "conversation-requests-sized-as-kept"
+"""Requests are sized as the conversation keeps them (and refused past MAX_STORED_REQUEST_BYTES);
+runs recorded before sized them as they came (and a continuation inheriting a body as 0)."""
 
 PATCH_FORWARD_ONE_AT_A_TIME = "conversation-forward-tool-results-one-at-a-time"
 """Tool results reach the turn one signal per workflow task (before: one each, all at once)."""
@@ -221,14 +225,14 @@ class ConversationWorkflow:
         result = await self._run_turn(conversation_id, request)
         self._complete(request, result)
         if result.auto_continue:  # client tool results arrived: continue before anything else
-            follow = _sized(
-                PendingRequest(
-                    request_id=str(workflow.uuid4()),
-                    kind="continue",
-                    body=request.body,
-                    model=request.model,
-                )
+            follow = PendingRequest(
+                request_id=str(workflow.uuid4()),
+                kind="continue",
+                body=request.body,
+                model=request.model,
             )
+            if workflow.patched(PATCH_STORED_SIZES):
+                _sized(follow)
             self._queue.appendleft(follow)
             self._queued_bytes += follow.size
             self._records[follow.request_id] = RequestRecord(
@@ -378,7 +382,7 @@ class ConversationWorkflow:
         value: Any = None
         try:
             value = decode(raw, MAX_REQUEST_BYTES)
-            self._enqueue(self._parse_submit(value))
+            self._enqueue(self._parse_submit(value), payload_size(raw))
         except Rejected as e:
             self._reject(value, e.type, e.message)
 
@@ -429,7 +433,7 @@ class ConversationWorkflow:
             request = self._parse_submit(decode(raw, MAX_REQUEST_BYTES))
             request_id = request.request_id or ""
             if request_id not in self._records:
-                request_id = self._enqueue(request)
+                request_id = self._enqueue(request, payload_size(raw))
         except Rejected as e:
             raise _failure(e) from None
         return request_id
@@ -441,7 +445,8 @@ class ConversationWorkflow:
                 raise Rejected(INVALID_ID, f"invalid conversation id: {self._id_problem}")
             request = self._parse_submit(decode(raw, MAX_REQUEST_BYTES))
             if request.request_id is None or request.request_id not in self._records:
-                # what the handler will keep, measured as it will (nothing is kept here)
+                # what the handler will keep, measured as it will (nothing is kept here;
+                # validators never run on replay, so the newest rules apply)
                 pending = self._pending(request, request.request_id or "-" * 36)
                 self._check_room(pending.size)
         except Rejected as e:
@@ -468,11 +473,13 @@ class ConversationWorkflow:
             if request_id in self._records:
                 return
             body = req.body if req.body is not None else self._last_body
-            pending = _sized(
-                PendingRequest(
-                    request_id=request_id, kind="continue", body=body, model=self._last_model
-                )
+            pending = PendingRequest(
+                request_id=request_id, kind="continue", body=body, model=self._last_model
             )
+            if workflow.patched(PATCH_STORED_SIZES):
+                _sized(pending)
+            else:
+                pending.size = payload_size(raw)
             self._check_room(pending.size)
         except Rejected as e:
             self._reject(value, e.type, e.message)
@@ -619,8 +626,11 @@ class ConversationWorkflow:
                 f" {MAX_QUEUED_BYTES} bytes): retry once it drains",
             )
 
-    def _pending(self, req: SubmitMessages, request_id: str) -> PendingRequest:
-        """The request as the conversation keeps it, sized as stored (raises Rejected)."""
+    def _pending(
+        self, req: SubmitMessages, request_id: str, size: int = 0, measure: bool = True
+    ) -> PendingRequest:
+        """The request as the conversation keeps it, sized as kept (``measure``; else
+        ``size``, as it came); raises Rejected."""
         # Message ids are scoped to their request: a client-chosen id can neither collide
         # with another request's messages nor with the engine's own (turn-derived) ids.
         messages = [
@@ -631,9 +641,12 @@ class ConversationWorkflow:
             raise Rejected(
                 MESSAGE_ID_CONFLICT, "two messages of the request would have the same id"
             )
-        pending = _sized(
-            PendingRequest(request_id=request_id, messages=messages, body=req.body, model=req.model)
+        pending = PendingRequest(
+            request_id=request_id, messages=messages, body=req.body, model=req.model, size=size
         )
+        if not measure:
+            return pending
+        _sized(pending)
         if pending.size > MAX_STORED_REQUEST_BYTES:
             raise Rejected(
                 REQUEST_TOO_LARGE,
@@ -644,12 +657,18 @@ class ConversationWorkflow:
             )
         return pending
 
-    def _enqueue(self, req: SubmitMessages) -> str:
-        request_id = req.request_id or str(workflow.uuid4())
-        if request_id in self._records:
-            return request_id  # idempotent: the same request id is accepted once
-        pending = self._pending(req, request_id)
-        self._check_room(pending.size)
+    def _enqueue(self, req: SubmitMessages, size: int) -> str:
+        """Queue ``req`` (``size``: its payload's bytes); its request id."""
+        if req.request_id is not None and req.request_id in self._records:
+            return req.request_id  # idempotent: the same request id is accepted once
+        if workflow.patched(PATCH_STORED_SIZES):
+            request_id = req.request_id or str(workflow.uuid4())
+            pending = self._pending(req, request_id)
+            self._check_room(pending.size)
+        else:  # exactly as runs recorded before did it (their random ids come in this order)
+            self._check_room(size)
+            request_id = req.request_id or str(workflow.uuid4())
+            pending = self._pending(req, request_id, size, measure=False)
         self._queue.append(pending)
         self._queued_bytes += pending.size
         self._records[request_id] = RequestRecord(request_id=request_id)

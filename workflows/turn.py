@@ -124,7 +124,9 @@ class TurnWorkflow:
                 continue
             size = len(to_json(resolution))
             if call_id not in self._pending:
-                if self._held_bytes + size > MAX_HELD_RESOLUTION_BYTES:
+                if self._held_bytes + size > MAX_HELD_RESOLUTION_BYTES and workflow.patched(
+                    PATCH_ANSWERS_IN_BATCHES
+                ):
                     self._rejected.append(
                         f"QueueFull: {self._held_bytes} bytes of results are held for calls"
                         f" this turn is not waiting on (limit {MAX_HELD_RESOLUTION_BYTES})"
@@ -479,6 +481,8 @@ MAX_HELD_RESOLUTION_BYTES = 1024 * 1024
 asks for them ends); past it, noted in ``rejected_tool_results`` and dropped."""
 
 PATCH_ANSWERS_IN_BATCHES = "turn-client-answers-in-batches"
+"""Client answers go to their activities in bounded batches, and results held for calls the turn
+is not waiting on are bounded; runs recorded before did neither."""
 
 TOOL_TIMEOUT_MARGIN_S = 30.0
 """Beyond a tool's own time limit: the activity's bookkeeping around the run."""
