@@ -393,3 +393,34 @@ async def test_every_signal_far_over_its_limit_is_refused_and_nothing_fails(
     result = await asyncio.wait_for(harness.turns.wait(conversation, request), 30)
     assert result.status == "completed"
     assert await _failed_tasks(handle) == [] and await _failed_tasks(turn) == []
+
+
+async def test_an_oversized_update_with_the_codec_on(harness: Harness) -> None:
+    """With every payload encrypted, the worker measures the update as decrypted: the margin
+    under the blob limit covers what encryption adds."""
+    import base64
+    import os
+
+    from temporalio.client import Client
+
+    from durable_turns.client import TurnsClient
+    from durable_turns.codec import ENV_KEYS, data_converter_from_env
+
+    keys = f"k1:{base64.b64encode(os.urandom(32)).decode()}"
+    harness.start_worker(**{ENV_KEYS: keys})
+    client = await Client.connect(
+        harness.address,
+        namespace=harness.client.namespace,
+        data_converter=data_converter_from_env({ENV_KEYS: keys}),
+    )
+    turns = TurnsClient(client, harness.task_queue)
+    conversation = harness.conv("huge-encrypted")
+    assert (await turns.send(conversation, "one", model="demo:echo")).turn_number == 1
+    handle = client.get_workflow_handle(conversation)
+    for size, expected in ((3_400_000, "UnprocessedUpdate"), (1_900_000, "RequestTooLarge")):
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await asyncio.wait_for(handle.execute_update("sendMessage", _request(size)), 10)
+        cause = refused.value.cause
+        assert isinstance(cause, ApplicationError) and cause.type == expected
+    assert (await turns.send(conversation, "two", model="demo:echo")).turn_number == 2
+    assert await _failed_tasks(handle) == []
