@@ -91,16 +91,37 @@ MAX_MODEL_ID_BYTES = 256
 """A ``provider:model`` id: at most this many bytes (the ``TurnModel`` search attribute
 holds it; Temporal refuses a keyword search attribute over 2 KiB)."""
 
+MAX_STORED_REQUEST_BYTES = 512 * 1024
+"""A request as the conversation keeps it (its parsed messages, their ids scoped to the request,
+and its body, as JSON) over this many bytes is rejected (``RequestTooLarge``). It is the turn's
+input and is carried over continue-as-new while queued; parsing can make a request many times
+larger than it came (a 240 KB request of 8,000 tiny messages with a 500-byte request id is 4.6 MB
+once every message carries its scoped id), so the payload limit alone bounds nothing."""
+
 MAX_QUEUED_REQUESTS = 1000
 """Requests a conversation holds waiting for their turn; past it, ``QueueFull``."""
 
 MAX_QUEUED_BYTES = 512 * 1024
-"""Total encoded size of the queued requests; past it, ``QueueFull``. The queue is carried
-over continue-as-new, so this keeps what is carried far under the 2 MB payload limit."""
+"""Total size of the queued requests as stored (:data:`MAX_STORED_REQUEST_BYTES`); past it,
+``QueueFull``. The queue is carried over continue-as-new, so this keeps what is carried far
+under the 2 MB payload limit."""
 
 MAX_CARRIED_RESULT_BYTES = 128 * 1024
 """Recent turn results carried over continue-as-new (for retried ``sendMessage`` updates);
 older results, or results that do not fit, answer a retry with ``RequestExpired``."""
+
+MAX_CARRIED_BYTES = 1536 * 1024
+"""All that continue-as-new carries, measured as it is sent; over it, the recent results, then
+the rejected records, then the finished records are left behind (oldest first) until it fits.
+The queue is always carried whole (it is bounded by :data:`MAX_QUEUED_BYTES`)."""
+
+MAX_ERROR_MESSAGE_CHARS = 1000
+"""An ``ErrorInfo.message`` longer than this is cut (with ``…``): errors travel in every result,
+record and ``state`` answer, and are carried over continue-as-new."""
+
+MAX_PROBLEM_CHARS = 120
+"""A validation problem names the field it is about: a client's own key (an extra field) is
+shown cut to this, so a rejection never echoes the request back."""
 
 UNDECRYPTABLE_ENCODING = b"binary/undecryptable"
 """The encoding the codec gives a payload it cannot decrypt (tampered, malformed) instead of
@@ -175,10 +196,12 @@ SEARCH_ATTRIBUTES = (CONVERSATION_ID, TURN_STATUS, TURN_MODEL)
 
 def validation_problems(error: ValidationError, limit: int | None = None) -> str:
     """A pydantic error as one line a client (or a model) can act on: ``field: problem; …``
-    (without pydantic's own wording around it: "1 validation error for …", "Value error, ")."""
+    (without pydantic's own wording around it: "1 validation error for …", "Value error, ").
+    Each field name and problem is cut to :data:`MAX_PROBLEM_CHARS` (a client's extra key can
+    be as long as its request)."""
     return "; ".join(
-        f"{'.'.join(str(x) for x in e['loc']) or 'input'}: {_plain(e['msg'])}"
-        for e in error.errors()[:limit]
+        f"{_cut('.'.join(_cut(str(x)) for x in e['loc'])) or 'input'}: {_cut(_plain(e['msg']))}"
+        for e in error.errors(include_url=False, include_input=False)[:limit]
     )
 
 
@@ -186,6 +209,10 @@ def _plain(message: str) -> str:
     for prefix in ("Value error, ", "Assertion failed, "):
         message = message.removeprefix(prefix)
     return message
+
+
+def _cut(text: str, limit: int = MAX_PROBLEM_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def id_problem(
@@ -435,8 +462,15 @@ RequestStatus = Literal["queued", "running", "completed", "error", "aborted", "s
 class ErrorInfo(_Wire):
     type: str
     message: str
+    """At most :data:`MAX_ERROR_MESSAGE_CHARS` (cut with ``…``)."""
     stage: str | None = None
     classification: str | None = None
+
+    @field_validator("type", "message")
+    @classmethod
+    def _bounded(cls, value: str, info: Any) -> str:
+        limit = MAX_ERROR_MESSAGE_CHARS if info.field_name == "message" else MAX_MODEL_ID_BYTES
+        return _cut(value, limit)
 
 
 class TurnInput(_Wire):

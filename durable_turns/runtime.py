@@ -29,6 +29,7 @@ from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
     ListSearchAttributesRequest,
 )
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
@@ -45,6 +46,7 @@ from durable_turns.hooks import Session, TurnHooks
 from durable_turns.mcp import McpPool, McpServerConfig
 from durable_turns.mcp import servers_from as mcp_servers
 from durable_turns.models import ModelRegistry
+from durable_turns.models.secrets import redact_logs
 from durable_turns.sandbox import sandbox_runner
 from durable_turns.store import TranscriptStore, open_store
 from durable_turns.streams import open_stream_backend
@@ -254,6 +256,19 @@ async def _missing_search_attributes(client: Client, namespace: str) -> list[str
     return [k.name for k in SEARCH_ATTRIBUTES if k.name not in response.custom_attributes]
 
 
+async def blob_size_limit(client: Client, namespace: str) -> int | None:
+    """The namespace's blob size limit (``limit.blobSize.error``), None when the server does
+    not say: the worker refuses updates too large to answer within it (``update_guard``)."""
+    try:
+        response = await client.workflow_service.describe_namespace(
+            DescribeNamespaceRequest(namespace=namespace)
+        )
+    except RPCError as e:
+        log.warning("could not read namespace %r's limits (%s): assuming 2 MiB", namespace, e)
+        return None
+    return response.namespace_info.limits.blob_size_limit_error or None
+
+
 def info_task_queue(task_queue: str) -> str:
     """Where workers of ``task_queue`` say where they keep their data (see ``worker_identity``)."""
     return f"{task_queue}/workers"
@@ -320,7 +335,9 @@ async def running_worker(
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
         activities=all_activities(deps),
-        workflow_runner=sandbox_runner(w.__module__ for w in WORKFLOWS),
+        workflow_runner=sandbox_runner(
+            (w.__module__ for w in WORKFLOWS), await blob_size_limit(client, settings.namespace)
+        ),
         max_concurrent_activities=200,
         # A killed worker's cached workflows wait this long on its sticky queue before
         # another worker takes them (default 10 s); crash recovery should not.
@@ -481,6 +498,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    redact_logs()  # no log line carries a provider key, or any run of 12 of its characters
     args = parser().parse_args(argv)
     try:
         asyncio.run(serve(settings_from_args(args)))

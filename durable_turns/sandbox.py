@@ -33,12 +33,17 @@ import importlib.util
 import os
 import py_compile
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any
 
+from temporalio.bridge.proto.workflow_activation import WorkflowActivation
+from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.converter import SerializationContext
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from durable_turns.update_guard import answerable_bytes, drop_unanswerable_updates
 
 PASSTHROUGH = [
     "pydantic",
@@ -84,7 +89,14 @@ if _StockInstance is not None:
 
     class _LeanInstance(_StockInstance):
         """The stock sandboxed instance, asked for serialization contexts directly, running
-        its snippets compiled once."""
+        its snippets compiled once; updates too large to answer never reach it."""
+
+        update_limit: int = answerable_bytes(None)
+
+        def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+            drop_unanswerable_updates(act, self.update_limit)
+            completion: WorkflowActivationCompletion = super().activate(act)
+            return completion
 
         def _run_code(self, code: Any, **extra_globals: Any) -> None:
             # typed str, but it only passes ``code`` to exec, which takes a code object too
@@ -107,21 +119,60 @@ if _StockInstance is not None:
             return inner.get_external_store_context(command_info)
 
 
+class _Guarded(WorkflowInstance):
+    """Any other instance, with the updates too large to answer taken out of its activations
+    (the stock sandbox's, should a temporalio release lack the class the lean one extends)."""
+
+    def __init__(self, inner: WorkflowInstance, update_limit: int) -> None:
+        self._inner = inner
+        self._update_limit = update_limit
+
+    def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+        drop_unanswerable_updates(act, self._update_limit)
+        return self._inner.activate(act)
+
+    def get_serialization_context(self, command_info: Any) -> SerializationContext | None:
+        return self._inner.get_serialization_context(command_info)
+
+    def get_external_store_context(self, command_info: Any) -> Any:
+        return self._inner.get_external_store_context(command_info)
+
+    def get_info(self) -> Any:
+        return self._inner.get_info()
+
+    def get_thread_id(self) -> int | None:
+        return self._inner.get_thread_id()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+@dataclass(frozen=True)
 class LeanSandboxedWorkflowRunner(SandboxedWorkflowRunner):
-    """:class:`SandboxedWorkflowRunner` whose per-payload questions skip the sandbox's exec."""
+    """:class:`SandboxedWorkflowRunner` whose per-payload questions skip the sandbox's exec,
+    and whose instances never see an update too large to answer (``durable_turns.update_guard``:
+    ``update_limit`` bytes, from the namespace's blob size limit)."""
+
+    update_limit: int = field(default_factory=lambda: answerable_bytes(None))
 
     def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
         if _StockInstance is None:  # pragma: no cover
-            return super().create_instance(det)
-        instance: WorkflowInstance = _LeanInstance(det, self.runner_class, self.restrictions)
+            return _Guarded(super().create_instance(det), self.update_limit)
+        instance = _LeanInstance(det, self.runner_class, self.restrictions)
+        instance.update_limit = self.update_limit
         return instance
 
 
-def sandbox_runner(workflow_modules: Iterable[str] = ()) -> SandboxedWorkflowRunner:
-    """The runner the worker (and the replayer) use; compiles ``workflow_modules`` first."""
+def sandbox_runner(
+    workflow_modules: Iterable[str] = (), blob_limit: int | None = None
+) -> SandboxedWorkflowRunner:
+    """The runner the worker (and the replayer) use; compiles ``workflow_modules`` first.
+    ``blob_limit``: the namespace's blob size limit (None: Temporal's default, 2 MiB)."""
     precompile_workflow_modules(workflow_modules)
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
-    return LeanSandboxedWorkflowRunner(restrictions=restrictions)
+    return LeanSandboxedWorkflowRunner(
+        restrictions=restrictions, update_limit=answerable_bytes(blob_limit)
+    )
 
 
 def precompile_workflow_modules(workflow_modules: Iterable[str] = ()) -> int:

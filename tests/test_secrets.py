@@ -100,3 +100,106 @@ async def test_a_mistyped_url_never_prints_its_password(
     if "://" in message:  # the URL is named, with its password masked
         assert "***" in message
     assert "hunter2pw" not in harness.workers[-1].log_tail(200_000)
+
+
+# --- issue 25, item 3: any run of 12 characters of a key -------------------------------------
+
+GATEWAY_KEY = "gwk_live_GATEWAYSECRET0123456789abcdefXYZ98765"
+"""Not shaped like ``sk-…``: only the key's own characters can give it away."""
+
+
+def _fragments(key: str) -> dict[str, str]:
+    return {
+        "a 40-character prefix": key[:40],
+        "a lower-cased fragment": key[9:31].lower(),
+        "a base64 fragment": _b64("user:" + key)[12:40],
+    }
+
+
+def _leaked(text: str, key: str) -> list[str]:
+    """Which of the fragments ``text`` holds, or any 12 characters of the key in any case."""
+    lowered = text.lower()
+    found = [name for name, frag in _fragments(key).items() if frag.lower() in lowered]
+    found += [
+        f"key[{i}:{i + 12}]" for i in range(len(key) - 11) if key[i : i + 12].lower() in lowered
+    ]
+    return found
+
+
+async def test_a_partial_key_echoed_by_a_gateway_reaches_no_error_state_history_or_log(
+    harness: Harness, server: LLMServer
+) -> None:
+    """Old code: only the whole key (and its whole base64 forms) was masked; a gateway that
+    echoed the key's first 40 characters in its request-id, a lower-cased piece of it or a
+    piece of its base64 got them into TurnResult.error, state, the history and the log."""
+    frags = _fragments(GATEWAY_KEY)
+    worker = harness.start_worker(ANTHROPIC_BASE_URL=server.base_url, ANTHROPIC_API_KEY=GATEWAY_KEY)
+    body = json.dumps(
+        {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "message": f"model not found for key {frags['a lower-cased fragment']}"
+                f" (auth {frags['a base64 fragment']})",
+            },
+        }
+    )
+    server.default = Reply(
+        body=body, status=400, headers={"request-id": f"req_{frags['a 40-character prefix']}"}
+    )
+    conversation = harness.conv("partial")
+    result = await harness.send(conversation, "hi", model="anthropic:claude-test-model")
+    assert result.status == "error" and result.error is not None
+    assert "model not found for key ***" in result.error.message  # the error itself is kept
+    assert "[request req_***]" in result.error.message
+    assert _leaked(result.error.message, GATEWAY_KEY) == []
+    state = await harness.turns.state(conversation)
+    assert state.last_result is not None and state.last_result.error is not None
+    assert _leaked(state.model_dump_json(), GATEWAY_KEY) == []
+    turn_state = await harness.client.get_workflow_handle(result.workflow_id).query("state")
+    assert _leaked(json.dumps(turn_state), GATEWAY_KEY) == []
+    assert _leaked(await history_text(harness, result.workflow_id), GATEWAY_KEY) == []
+    assert _leaked(await history_text(harness, conversation), GATEWAY_KEY) == []
+    stored = await (await harness.store()).messages(conversation)
+    assert _leaked(json.dumps([m.model_dump(mode="json") for m in stored]), GATEWAY_KEY) == []
+    log = worker.log_tail(200_000)
+    assert "req_***" in log or "model not found" in log
+    assert _leaked(log, GATEWAY_KEY) == []
+
+
+def test_every_run_of_twelve_characters_is_masked_whole() -> None:
+    """Any run of 12 or more characters of the key or of its base64 forms, at any alignment
+    and in any case, becomes one ``***``; 11 characters, or other text, stay."""
+    import random
+
+    from durable_turns.models.secrets import redact, secret_forms
+
+    rng = random.Random(25)
+    key = GATEWAY_KEY
+    redact("", key)  # a provider's key, known from now on
+    for form in secret_forms(key):
+        for start in range(0, len(form) - 11):
+            for end in range(start + 12, len(form) + 1, 5):
+                piece = "".join(c.upper() if rng.random() < 0.5 else c for c in form[start:end])
+                masked = redact(f"id=({piece}) done")
+                assert masked == "id=(***) done", (form, start, end, masked)
+    assert redact(f"x {key[5:16]} y") == f"x {key[5:16]} y"  # 11 characters
+    assert redact("ordinary text, 0123456789 and ids like 5d104027-9b21") == (
+        "ordinary text, 0123456789 and ids like 5d104027-9b21"
+    )
+    assert redact(f"{key[:14]} and {key[20:40].lower()}") == "*** and ***"
+    assert redact(f"Basic {_b64('user:' + key)}").startswith("Basic dXNlcjp")
+    assert GATEWAY_KEY[12:24].lower() not in redact(f"Basic {_b64('user:' + key)}").lower()
+
+
+def test_the_log_formatter_redacts_every_line() -> None:
+    import logging
+
+    from durable_turns.models.secrets import RedactingFormatter, redact
+
+    redact("", GATEWAY_KEY)
+    record = logging.LogRecord(
+        "x", logging.WARNING, __file__, 1, "gateway said %s", (GATEWAY_KEY[3:30],), None
+    )
+    line = RedactingFormatter("%(levelname)s %(message)s").format(record)
+    assert line == "WARNING gateway said ***"

@@ -19,6 +19,7 @@ from collections import deque
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import to_json
 from temporalio import workflow
 from temporalio.common import RawValue, SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import ApplicationError, ChildWorkflowError, FailureError
@@ -31,16 +32,19 @@ with workflow.unsafe.imports_passed_through():
         HANDED_OVER,
         INVALID_ID,
         INVALID_REQUEST,
+        MAX_CARRIED_BYTES,
         MAX_CARRIED_RESULT_BYTES,
         MAX_QUEUED_BYTES,
         MAX_QUEUED_REQUESTS,
         MAX_REQUEST_BYTES,
+        MAX_STORED_REQUEST_BYTES,
         MAX_TOOL_RESULT_BYTES,
         MESSAGE_ID_CONFLICT,
         OPEN_CONVERSATION,
         QUERY_STATE,
         QUEUE_FULL,
         REQUEST_EXPIRED,
+        REQUEST_TOO_LARGE,
         SIGNAL_CANCEL,
         SIGNAL_CONTINUE,
         SIGNAL_SUBMIT,
@@ -73,6 +77,10 @@ with workflow.unsafe.imports_passed_through():
 RECENT = 50
 """How many finished requests ``state`` remembers (and carries over continue-as-new)."""
 
+MAX_PENDING_TOOL_RESULT_BYTES = 4 * 1024 * 1024
+"""Tool results waiting to be forwarded to the turn (one per workflow task); past it,
+``QueueFull``. In memory only: those still waiting when the turn ends are dropped."""
+
 RECENT_REJECTED = 20
 """How many rejected requests ``state`` shows (``rejected_count`` counts them all)."""
 
@@ -85,6 +93,13 @@ TURN_START_ATTEMPTS = 3
 
 PATCH_HANDOVER_WITH_QUEUE = "conversation-continue-as-new-with-queue"
 """Continue-as-new between turns even with requests still queued."""
+
+PATCH_STORED_SIZES = "conversation-requests-sized-as-kept"
+"""Requests are sized as the conversation keeps them (and refused past MAX_STORED_REQUEST_BYTES);
+runs recorded before sized them as they came (and a continuation inheriting a body as 0)."""
+
+PATCH_FORWARD_ONE_AT_A_TIME = "conversation-forward-tool-results-one-at-a-time"
+"""Tool results reach the turn one signal per workflow task (before: one each, all at once)."""
 
 
 def _failure(rejected: Rejected) -> ApplicationError:
@@ -109,6 +124,7 @@ class ConversationWorkflow:
         self._turn_count = inp.turn_count
         self._queue: deque[PendingRequest] = deque(inp.queue)
         self._queued_bytes = sum(p.size for p in inp.queue)
+        """What the queue holds, as stored (``PendingRequest.size``, its JSON)."""
         self._records: dict[str, RequestRecord] = {r.request_id: r for r in inp.recent}
         self._done: deque[str] = deque(r.request_id for r in inp.recent)
         """Finished request ids, oldest first: trimming is O(1) per request."""
@@ -129,6 +145,12 @@ class ConversationWorkflow:
         self._running: PendingRequest | None = None
         self._running_turn: workflow.ChildWorkflowHandle[Any, TurnResult] | None = None
         self._responses: set[asyncio.Task[Any]] = set()
+        """Work that runs beside the loop (on_chat_response, forwarding tool results): a
+        hand-over waits for it."""
+        self._tool_results: deque[tuple[Any, int]] = deque()
+        """Tool results for the running turn, waiting to be forwarded, with their sizes."""
+        self._tool_result_bytes = 0
+        self._forwarder: asyncio.Task[None] | None = None
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -219,7 +241,10 @@ class ConversationWorkflow:
                 body=request.body,
                 model=request.model,
             )
+            if workflow.patched(PATCH_STORED_SIZES):
+                _sized(follow)
             self._queue.appendleft(follow)
+            self._queued_bytes += follow.size
             self._records[follow.request_id] = RequestRecord(
                 request_id=follow.request_id, kind="continue"
             )
@@ -368,10 +393,7 @@ class ConversationWorkflow:
         value: Any = None
         try:
             value = decode(raw, MAX_REQUEST_BYTES)
-            request = self._parse_submit(value)
-            if request.request_id is None or request.request_id not in self._records:
-                self._check_room(payload_size(raw))
-            self._enqueue(request, payload_size(raw))
+            self._enqueue(self._parse_submit(value), payload_size(raw))
         except Rejected as e:
             self._reject(value, e.type, e.message)
 
@@ -422,7 +444,6 @@ class ConversationWorkflow:
             request = self._parse_submit(decode(raw, MAX_REQUEST_BYTES))
             request_id = request.request_id or ""
             if request_id not in self._records:
-                self._check_room(payload_size(raw))
                 request_id = self._enqueue(request, payload_size(raw))
         except Rejected as e:
             raise _failure(e) from None
@@ -435,7 +456,10 @@ class ConversationWorkflow:
                 raise Rejected(INVALID_ID, f"invalid conversation id: {self._id_problem}")
             request = self._parse_submit(decode(raw, MAX_REQUEST_BYTES))
             if request.request_id is None or request.request_id not in self._records:
-                self._check_room(payload_size(raw))
+                # what the handler will keep, measured as it will (nothing is kept here;
+                # validators never run on replay, so the newest rules apply)
+                pending = self._pending(request, request.request_id or "-" * 36)
+                self._check_room(pending.size)
         except Rejected as e:
             raise _failure(e) from None
 
@@ -459,21 +483,20 @@ class ConversationWorkflow:
             request_id = req.request_id or str(workflow.uuid4())
             if request_id in self._records:
                 return
-            self._check_room(payload_size(raw))
+            body = req.body if req.body is not None else self._last_body
+            pending = PendingRequest(
+                request_id=request_id, kind="continue", body=body, model=self._last_model
+            )
+            if workflow.patched(PATCH_STORED_SIZES):
+                _sized(pending)
+            else:
+                pending.size = payload_size(raw)
+            self._check_room(pending.size)
         except Rejected as e:
             self._reject(value, e.type, e.message)
             return
-        body = req.body if req.body is not None else self._last_body
-        self._queue.append(
-            PendingRequest(
-                request_id=request_id,
-                kind="continue",
-                body=body,
-                model=self._last_model,
-                size=payload_size(raw),
-            )
-        )
-        self._queued_bytes += payload_size(raw)
+        self._queue.append(pending)
+        self._queued_bytes += pending.size
         self._records[request_id] = RequestRecord(request_id=request_id, kind="continue")
 
     @workflow.signal(name=SIGNAL_CANCEL)
@@ -516,7 +539,11 @@ class ConversationWorkflow:
 
     @workflow.signal(name=SIGNAL_TOOL_RESULT)
     async def submit_tool_result(self, raw: RawValue = ABSENT) -> None:
-        """A client tool's result or an approval, for the turn that waits on it."""
+        """A client tool's result or an approval, for the turn that waits on it.
+
+        Forwarded one signal per workflow task: each is up to MAX_TOOL_RESULT_BYTES, and a
+        burst forwarded at once (one command each, in one task's completion) went past gRPC's
+        4 MiB message limit, and Temporal terminates a workflow whose task cannot be sent."""
         try:
             value = decode(raw, MAX_TOOL_RESULT_BYTES, "tool result")
         except Rejected as e:
@@ -525,7 +552,48 @@ class ConversationWorkflow:
         if self._running_turn is None:
             self._reject(value, INVALID_REQUEST, "no turn is running, so no tool call is waiting")
             return
-        await self._running_turn.signal(TURN_SIGNAL_TOOL_RESULT, value)
+        if not workflow.patched(PATCH_FORWARD_ONE_AT_A_TIME):
+            await self._running_turn.signal(TURN_SIGNAL_TOOL_RESULT, value)
+            return
+        size = len(to_json(value))  # as it will be forwarded (re-encoding can grow it)
+        if size > MAX_TOOL_RESULT_BYTES:
+            self._reject(
+                None,
+                REQUEST_TOO_LARGE,
+                f"tool result is {size} bytes as forwarded; the limit is {MAX_TOOL_RESULT_BYTES}",
+            )
+            return
+        if self._tool_result_bytes + size > MAX_PENDING_TOOL_RESULT_BYTES:
+            self._reject(
+                value,
+                QUEUE_FULL,
+                f"{self._tool_result_bytes} bytes of tool results are waiting to reach the"
+                f" turn (limit {MAX_PENDING_TOOL_RESULT_BYTES}): retry in a moment",
+            )
+            return
+        self._tool_results.append((value, size))
+        self._tool_result_bytes += size
+        if self._forwarder is None:
+            self._forwarder = asyncio.create_task(self._forward_tool_results())
+            self._responses.add(self._forwarder)
+            self._forwarder.add_done_callback(self._responses.discard)
+
+    async def _forward_tool_results(self) -> None:
+        """One tool result at a time to the running turn; what is left when it ends is
+        dropped (no call waits for it any more)."""
+        try:
+            while self._tool_results:
+                value, size = self._tool_results.popleft()
+                self._tool_result_bytes -= size
+                turn = self._running_turn
+                if turn is None:
+                    continue
+                try:
+                    await turn.signal(TURN_SIGNAL_TOOL_RESULT, value)
+                except Exception as err:  # the turn ended meanwhile: nothing waits for it
+                    workflow.logger.info("tool result not forwarded: %s", err)
+        finally:
+            self._forwarder = None
 
     @workflow.query(name=QUERY_STATE)
     def state(self) -> ConversationState:
@@ -569,12 +637,11 @@ class ConversationWorkflow:
                 f" {MAX_QUEUED_BYTES} bytes): retry once it drains",
             )
 
-    def _enqueue(self, req: SubmitMessages, size: int = 0) -> str:
-        request_id = req.request_id or str(workflow.uuid4())
-        if request_id in self._records:
-            return request_id  # idempotent: the same request id is accepted once
-        if req.regenerate is not None:
-            return self._enqueue_regenerate(req, request_id, size)
+    def _pending(
+        self, req: SubmitMessages, request_id: str, size: int = 0, measure: bool = True
+    ) -> PendingRequest:
+        """The request as the conversation keeps it, sized as kept (``measure``; else
+        ``size``, as it came); raises Rejected."""
         # Message ids are scoped to their request: a client-chosen id can neither collide
         # with another request's messages nor with the engine's own (turn-derived) ids.
         messages = [
@@ -585,16 +652,39 @@ class ConversationWorkflow:
             raise Rejected(
                 MESSAGE_ID_CONFLICT, "two messages of the request would have the same id"
             )
-        self._queue.append(
-            PendingRequest(
-                request_id=request_id,
-                messages=messages,
-                body=req.body,
-                model=req.model,
-                size=size,
-            )
+        pending = PendingRequest(
+            request_id=request_id, messages=messages, body=req.body, model=req.model, size=size
         )
-        self._queued_bytes += size
+        if not measure:
+            return pending
+        _sized(pending)
+        if pending.size > MAX_STORED_REQUEST_BYTES:
+            raise Rejected(
+                REQUEST_TOO_LARGE,
+                f"request is {pending.size} bytes as the conversation keeps it ({len(messages)}"
+                " message(s), each with its id scoped to the request); the limit is"
+                f" {MAX_STORED_REQUEST_BYTES} bytes. Send fewer, larger messages, or large"
+                " content by reference.",
+            )
+        return pending
+
+    def _enqueue(self, req: SubmitMessages, size: int) -> str:
+        """Queue ``req`` (``size``: its payload's bytes); its request id."""
+        if req.request_id is not None and req.request_id in self._records:
+            return req.request_id  # idempotent: the same request id is accepted once
+        if req.regenerate is not None:
+            self._check_room(size)
+            return self._enqueue_regenerate(req, req.request_id or str(workflow.uuid4()), size)
+        if workflow.patched(PATCH_STORED_SIZES):
+            request_id = req.request_id or str(workflow.uuid4())
+            pending = self._pending(req, request_id)
+            self._check_room(pending.size)
+        else:  # exactly as runs recorded before did it (their random ids come in this order)
+            self._check_room(size)
+            request_id = req.request_id or str(workflow.uuid4())
+            pending = self._pending(req, request_id, size, measure=False)
+        self._queue.append(pending)
+        self._queued_bytes += pending.size
         self._records[request_id] = RequestRecord(request_id=request_id)
         self._last_body = req.body
         self._last_model = req.model
@@ -658,7 +748,8 @@ class ConversationWorkflow:
 
     def _carry(self) -> ConversationInput:
         # Bounded whatever was queued or answered: the queue by MAX_QUEUED_BYTES, results by
-        # MAX_CARRIED_RESULT_BYTES (newest first), records by RECENT.
+        # MAX_CARRIED_RESULT_BYTES (newest first), records by RECENT; and the whole is
+        # measured as it is sent, and cut to MAX_CARRIED_BYTES (_fit).
         results: list[TurnResult] = []
         budget = MAX_CARRIED_RESULT_BYTES
         for result in reversed(list(self._results.values())):
@@ -670,21 +761,44 @@ class ConversationWorkflow:
         last = self._last_result
         if last is not None and len(last.text) > 4096:
             last = last.model_copy(update={"text": last.text[:4096] + "…"})
-        return ConversationInput(
-            model=self._settings.model,
-            max_steps=self._settings.max_steps,
-            turn_count=self._turn_count,
-            queue=list(self._queue),
-            recent=self._finished(),
-            last_result=last,
-            last_body=self._last_body,
-            last_model=self._last_model,
-            usage=self._usage,
-            cost_usd=self._cost,
-            results=results[::-1],
-            rejected=list(self._rejected),
-            rejected_count=self._rejected_count,
+        return _fit(
+            ConversationInput(
+                model=self._settings.model,
+                max_steps=self._settings.max_steps,
+                turn_count=self._turn_count,
+                queue=list(self._queue),
+                recent=self._finished(),
+                last_result=last,
+                last_body=self._last_body,
+                last_model=self._last_model,
+                usage=self._usage,
+                cost_usd=self._cost,
+                results=results[::-1],
+                rejected=list(self._rejected),
+                rejected_count=self._rejected_count,
+            )
         )
+
+
+def _sized(pending: PendingRequest) -> PendingRequest:
+    """``pending`` with its ``size``: its JSON as it will be sent (the turn's input, and what
+    continue-as-new carries of it)."""
+    pending.size = len(to_json(pending))
+    return pending
+
+
+def _fit(carry: ConversationInput) -> ConversationInput:
+    """``carry`` within MAX_CARRIED_BYTES: what it holds beside the queue is left behind, the
+    least needed and oldest first (results: a retry gets RequestExpired; rejected records;
+    finished records), until it fits. Measured once per hand-over."""
+    size = len(to_json(carry))
+    for field in ("results", "rejected", "recent"):
+        items: list[Any] = getattr(carry, field)
+        while size > MAX_CARRIED_BYTES and items:
+            size -= len(to_json(items.pop(0))) + 1
+    if size > MAX_CARRIED_BYTES:  # a body as large as a request: the continuation's default
+        carry.last_body = {}
+    return carry
 
 
 def _handed_over(request_id: str) -> ApplicationError:

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
+from pydantic_core import to_json
 from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
@@ -77,6 +78,10 @@ class TurnWorkflow:
         self._tools: list[str] = []
         self._pending: dict[str, ToolOutcome] = {}
         self._resolutions: dict[str, ToolResolution] = {}
+        self._sizes: dict[str, int] = {}
+        """Each resolution's size as it is sent to its tool_call activity."""
+        self._held_bytes = 0
+        """Resolutions held for calls the turn is not (yet) waiting on."""
         self._rejected: list[str] = []
         self._awaited_client = False
         self._completed = 0
@@ -114,7 +119,24 @@ class TurnWorkflow:
             except ValidationError as e:
                 self._rejected.append(f"malformed tool result: {e.errors()[0]['msg']}")
                 continue
-            self._resolutions.setdefault(resolution.tool_call_id, resolution)
+            call_id = resolution.tool_call_id
+            if call_id in self._resolutions:
+                continue
+            size = len(to_json(resolution))
+            if call_id not in self._pending:
+                if self._held_bytes + size > MAX_HELD_RESOLUTION_BYTES and workflow.patched(
+                    PATCH_ANSWERS_IN_BATCHES
+                ):
+                    self._rejected.append(
+                        f"QueueFull: {self._held_bytes} bytes of results are held for calls"
+                        f" this turn is not waiting on (limit {MAX_HELD_RESOLUTION_BYTES})"
+                    )
+                    del self._rejected[:-10]
+                    continue
+                self._held_bytes += size
+            self._resolutions[call_id] = resolution
+            self._sizes[call_id] = size
+        del self._rejected[:-10]
 
     @workflow.run
     async def run(self, inp: TurnInput) -> TurnResult:
@@ -310,18 +332,37 @@ class TurnWorkflow:
             return False
         calls = {c.tool_call_id: c for c in summary.tool_calls}
         await self._wait_for_client(plan, pending)
-        await asyncio.gather(
-            *(
-                self._tool_call(
-                    ref,
-                    plan,
-                    summary.step,
-                    calls[o.tool_call_id],
-                    self._resolutions[o.tool_call_id],
+        # Each answer travels in its activity's input: in batches of at most
+        # MAX_ANSWERS_PER_TASK_BYTES per workflow task (one task's completion over gRPC's
+        # 4 MiB limit gets the workflow terminated), a short timer between them.
+        batches: list[list[ToolOutcome]] = [[]]
+        size = 0
+        for o in pending:
+            answer = self._sizes.get(o.tool_call_id, 0)
+            if batches[-1] and size + answer > MAX_ANSWERS_PER_TASK_BYTES:
+                batches.append([])
+                size = 0
+            batches[-1].append(o)
+            size += answer
+        if len(batches) > 1 and not workflow.patched(PATCH_ANSWERS_IN_BATCHES):
+            batches = [pending]
+        runs: list[Awaitable[ToolOutcome]] = []
+        for i, batch in enumerate(batches):
+            if i:
+                await workflow.sleep(timedelta(milliseconds=1), summary="next tool answers")
+            runs.extend(
+                asyncio.ensure_future(
+                    self._tool_call(
+                        ref,
+                        plan,
+                        summary.step,
+                        calls[o.tool_call_id],
+                        self._resolutions[o.tool_call_id],
+                    )
                 )
-                for o in pending
+                for o in batch
             )
-        )
+        await asyncio.gather(*runs)
         return True
 
     def _tool_call(
@@ -358,6 +399,9 @@ class TurnWorkflow:
     async def _wait_for_client(self, plan: TurnPlan, pending: list[ToolOutcome]) -> None:
         """Wait durably for every pending call's result or approval (a crash loses nothing)."""
         self._pending.update({o.tool_call_id: o for o in pending})
+        for o in pending:  # held for a call it now waits on: no longer counted as held
+            if o.tool_call_id in self._resolutions:
+                self._held_bytes -= self._sizes.get(o.tool_call_id, 0)
         self._status = "waiting for the client"
         workflow.set_current_details(
             "waiting for the client: "
@@ -440,6 +484,17 @@ class TurnWorkflow:
             summary=summary,
         )
 
+
+MAX_ANSWERS_PER_TASK_BYTES = 1024 * 1024
+"""Client answers (tool results, approvals) sent to their activities in one workflow task."""
+
+MAX_HELD_RESOLUTION_BYTES = 1024 * 1024
+"""Results a turn holds for calls it is not waiting on (they may arrive before the step that
+asks for them ends); past it, noted in ``rejected_tool_results`` and dropped."""
+
+PATCH_ANSWERS_IN_BATCHES = "turn-client-answers-in-batches"
+"""Client answers go to their activities in bounded batches, and results held for calls the turn
+is not waiting on are bounded; runs recorded before did neither."""
 
 TOOL_TIMEOUT_MARGIN_S = 30.0
 """Beyond a tool's own time limit: the activity's bookkeeping around the run."""

@@ -22,6 +22,11 @@ from durable_turns.models.secrets import redact
 ErrorKind = Literal["transient", "context_overflow", "auth", "invalid_request", "fatal"]
 
 
+MAX_PROVIDER_MESSAGE_CHARS = 4000
+"""A provider error's message is cut to this (it becomes the activity's failure in the
+history, and the turn's ``ErrorInfo.message``, itself cut to 1,000 characters)."""
+
+
 class ProviderError(Exception):
     """A provider call failed. ``kind`` says what the engine should do with it.
 
@@ -43,7 +48,12 @@ class ProviderError(Exception):
         provider: str = "",
     ) -> None:
 
-        super().__init__(redact(message))  # the final text: keys never reach errors or logs
+        # the final text: keys never reach errors or logs; a gateway's whole error page never
+        # reaches the history (redacted first, so a cut never leaves a key's fragment behind)
+        text = redact(message)
+        if len(text) > MAX_PROVIDER_MESSAGE_CHARS:
+            text = text[: MAX_PROVIDER_MESSAGE_CHARS - 1] + "…"
+        super().__init__(text)
         self.kind = kind
         self.status = status
         self.retry_after = retry_after
