@@ -37,6 +37,7 @@ from durable_turns.config import Settings
 from durable_turns.contract import (
     MAX_MESSAGE_ID_BYTES,
     ConversationState,
+    RequestRecord,
     id_problem,
     message_id_problem,
     turn_id,
@@ -135,35 +136,63 @@ class FrontDoor:
         if last.role != "user":
             raise BadRequest(400, "InvalidRequest", "the last message must be a user message")
         message, request_id = engine_message(last)
-        await self._refuse_while_waiting(conv, request_id)
-        record = await self._call(
-            self.client.start(conv, [message], body=body, model=model, request_id=request_id)
+        record = await self._start(
+            conv,
+            request_id,
+            self.client.start(conv, [message], body=body, model=model, request_id=request_id),
         )
         if record.turn_number is None:  # cancelled before it ran
             return Reply(conv, 0, protocol.assistant_id(conv, 0), ended=record.status)
         head = record.turn_number
         return Reply(conv, head, protocol.assistant_id(conv, head))
 
-    async def _refuse_while_waiting(self, conv: str, request_id: str) -> None:
-        """A new message while the running reply waits for the browser (an approval, a
-        client tool) would queue behind a turn that waits on this very browser: 409, and
-        nothing is queued. The same request again (already queued or run) goes through."""
-        state = await self.state(conv)
-        running = state.running if state else None
-        if running is None or running.turn_number is None or running.request_id == request_id:
-            return
-        assert state is not None
-        if any(r.request_id == request_id for r in (*state.queue, *state.recent)):
-            return
-        pending = await self._call(self.client.pending_tool_calls(conv))
-        if pending:
-            names = ", ".join(sorted({str(p.get("tool_name")) for p in pending}))
+    async def _start(
+        self, conv: str, request_id: str, start: Awaitable[RequestRecord]
+    ) -> RequestRecord:
+        """Start a request's turn (``start``: the update), unless the running reply waits
+        for the browser (an approval, a client tool): a new message would then queue behind
+        a turn that waits on this very browser, so it is 409 and nothing stays queued. The
+        check runs beside the update, not before it: it costs the first token nothing."""
+        starting = asyncio.ensure_future(self._call(start))
+        try:
+            waits_on = await self._waits_on(conv, request_id)
+        except BaseException:
+            starting.cancel()
+            raise
+        if waits_on:
+            # take our request back out of the queue (again, should the cancel overtake
+            # the update on its way: the update then answers with the request aborted)
+            for _ in range(5):
+                with contextlib.suppress(Exception):
+                    await self.client.cancel(conv, request_id)
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(asyncio.shield(starting), 2)
+                if starting.done():
+                    break
+            starting.cancel()
             raise BadRequest(
                 409,
                 "TurnWaiting",
-                f"the reply waits for the browser's answer ({names}): answer it, or stop the"
-                " turn (POST /api/chat/{id}/stop), before sending a new message",
+                f"the reply waits for the browser's answer ({waits_on}): answer it, or stop"
+                " the turn (POST /api/chat/{id}/stop), before sending a new message",
             )
+        return await starting
+
+    async def _waits_on(self, conv: str, request_id: str) -> str:
+        """The tools the running turn waits on the client for (``""``: none), unless that
+        turn is the request's own."""
+        try:
+            state = await self.client.state(conv)
+        except RPCError:
+            return ""  # a new conversation (or Temporal busy): the update says what it must
+        running = state.running
+        if running is None or running.turn_number is None or running.request_id == request_id:
+            return ""
+        try:
+            pending = await self.client.pending_tool_calls(conv)
+        except RPCError:
+            return ""
+        return ", ".join(sorted({str(p.get("tool_name")) for p in pending}))
 
     async def _regenerate(
         self, conv: str, request: ChatRequest, body: dict[str, Any], model: str | None
@@ -172,11 +201,12 @@ class FrontDoor:
         if target != "last" and not target.startswith(f"{conv}/turn-"):
             raise BadRequest(400, "InvalidRequest", "messageId is not a reply of this chat")
         request_id = "ui-regenerate-" + hashlib.sha256(target.encode()).hexdigest()[:24]
-        await self._refuse_while_waiting(conv, request_id)
-        record = await self._call(
+        record = await self._start(
+            conv,
+            request_id,
             self.client.start_regenerate(
                 conv, target, body=body or None, model=model, request_id=request_id
-            )
+            ),
         )
         if record.turn_number is None:
             return Reply(conv, 0, protocol.assistant_id(conv, 0), ended=record.status)
