@@ -397,10 +397,27 @@ async def test_an_approval_continues_the_same_reply(harness: Harness, door: Any)
     assert [m["role"] for m in stored] == ["user", "assistant"], "one reply, two turns"
     [tool] = [p for p in stored[-1]["parts"] if p["type"] == "tool-wipe_disk"]
     assert tool["state"] == "output-available" and tool["approval"]["approved"] is True
+    # what a Python reader of the live stream learns, with no polling of state
+    harness.turns.stream_url = f"sqlite:///{harness.tmp / 'data' / 'chunks.db'}"
+    events = [e async for e in harness.turns.chunks(chat, 1)]
+    [wait] = [e for e in events if e.type == "tool-wait"]
+    assert wait.data["tool_call_id"] == request["toolCallId"]
+    assert wait.data["tool_name"] == "wipe_disk" and wait.data["waiting_for"] == "approval"
+    assert events[-1].type == "turn-finish" and events[-1].data["continued_by_turn"] == 2
+    await harness.turns.aclose()
 
 
 async def test_chats_belong_to_their_principal(harness: Harness, door: Any) -> None:
-    harness.start_worker()
+    harness.start_worker(
+        TURNS_MODEL=harness.script(
+            {
+                "turns": [
+                    [{"text": "Rome is sunny."}],
+                    [{"text": "word", "repeat": 40, "delay_ms": 50}],
+                ]
+            }
+        )
+    )
     fd = door(TURNS_HTTP_TOKEN="alice=tok-a,bob=tok-b")
     alice, bob = {"authorization": "Bearer tok-a"}, {"authorization": "Bearer tok-b"}
     chat = harness.conv("web-auth")
@@ -426,6 +443,23 @@ async def test_chats_belong_to_their_principal(harness: Harness, door: Any) -> N
         )  # fmt: skip
         assert r.status_code == 400, "alice's reply is not a reply of bob's chat"
     assert len(await messages(fd.url, chat, alice)) == 2, "alice's chat is unchanged"
+    # while alice's next reply streams, bob can neither resume nor stop it, nor post to it
+    task = asyncio.create_task(
+        post_chat(fd.url, chat_body(chat, [user_message("slowly", "m2")]), alice)
+    )
+    await wait_until(lambda: _running(harness, f"alice:{chat}"))  # the principal's namespace
+    async with httpx.AsyncClient(timeout=30) as http:
+        r = await http.get(f"{fd.url}/api/chat/{chat}/stream", headers=bob)
+        assert r.status_code == 204, "bob's chat of that id runs nothing"
+        r = await http.post(f"{fd.url}/api/chat/{chat}/stop", headers=bob)
+        assert r.json() == {"stopped": False, "reason": "no turn is running"}
+        r = await http.get(f"{fd.url}/api/chat/{chat}/stream", headers=alice)
+        assert r.status_code == 200, "alice resumes her own"
+    r, bobs = await post_chat(fd.url, chat_body(chat, [user_message("mine", "b1")]), bob)
+    assert r.status_code == 200 and bobs[0]["messageId"] != chunks[0]["messageId"]
+    _, mine = await task
+    assert types(mine)[-2:] == ["finish", "[DONE]"] and "abort" not in types(mine)
+    assert len(await messages(fd.url, chat, alice)) == 4, "alice's two replies, nothing of bob's"
 
 
 def test_serve_refuses_a_public_bind_without_authentication(tmp_path: Any) -> None:
@@ -487,3 +521,37 @@ async def test_watchers_share_one_reader_and_the_stream_bound_holds(
 
 async def _health_is(health: Any, open_streams: int) -> bool:
     return bool((await health())["open_streams"] == open_streams)
+
+
+async def test_a_client_that_takes_nothing_is_let_go_and_costs_a_bounded_buffer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stalled browser (its TCP window full: every send blocks) holds at most the
+    response's frame queue, and is disconnected after the write timeout."""
+    from durable_turns.web import app as web_app
+
+    monkeypatch.setattr(web_app, "WRITE_TIMEOUT_S", 0.3)
+    produced = 0
+
+    async def frames() -> Any:
+        nonlocal produced
+        while True:  # a reply that never ends
+            produced += 1
+            yield b'data: {"type":"text-delta"}\n\n'
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            await asyncio.Event().wait()  # the client reads nothing
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()
+        return {}
+
+    class Door:
+        open_streams = 1
+
+    door = Door()
+    stream = web_app.EventStream(door, frames())  # type: ignore[arg-type]
+    await asyncio.wait_for(stream({}, receive, send), 5)
+    assert door.open_streams == 0, "the stream is counted out"
+    assert produced <= web_app.QUEUE_FRAMES + 2, f"the reader waited for the client ({produced})"
