@@ -131,6 +131,13 @@ class Settings:
     unset: a browser's ``model`` is ignored."""
     http_max_streams: int = 4096
     """TURNS_HTTP_MAX_STREAMS: open SSE responses per front-door process; past it, 503."""
+    http_protocol: int = 7
+    """TURNS_HTTP_PROTOCOL: the ``ai`` major version the front door's clients run, 7 (the
+    default: ``reset-step`` and ``tool-approval-response`` are sent) or 6 (neither: ai 6
+    rejects them); a request's ``x-ui-message-stream-version`` header overrides it."""
+    http_max_streams_per_principal: int = 256
+    """TURNS_HTTP_MAX_STREAMS_PER_PRINCIPAL: one principal's share of them (with
+    authentication); past it, 503."""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -166,6 +173,10 @@ class Settings:
             http_token=_env("TURNS_HTTP_TOKEN"),
             http_models=_split(_env("TURNS_HTTP_MODELS")),
             http_max_streams=int(_env("TURNS_HTTP_MAX_STREAMS", "4096") or 4096),
+            http_protocol=int(_env("TURNS_HTTP_PROTOCOL", "7") or 7),
+            http_max_streams_per_principal=int(
+                _env("TURNS_HTTP_MAX_STREAMS_PER_PRINCIPAL", "256") or 256
+            ),
         )
 
     def __post_init__(self) -> None:
@@ -175,6 +186,8 @@ class Settings:
             raise ValueError("TURNS_STALL_TIMEOUT_MS must be 0 (off) or positive")
         if self.heartbeat_timeout_s <= 0:
             raise ValueError("TURNS_HEARTBEAT_TIMEOUT_S must be positive")
+        if self.http_protocol not in (6, 7):
+            raise ValueError("TURNS_HTTP_PROTOCOL must be 6 or 7 (the ai package's major version)")
 
     @property
     def embedded(self) -> bool:

@@ -7,6 +7,7 @@ A real worker process, a real ``turns serve`` process, httpx as the browser. The
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from typing import Any
@@ -29,6 +30,7 @@ from tests.support.web import (
 )
 
 SLOW = [{"text": "word", "repeat": 60, "delay_ms": 40}]
+JSON = {"content-type": "application/json"}
 APPROVE = [
     {"text": "I need your go-ahead.", "tool_calls": [{"name": "wipe_disk", "input": {}}]},
     {"text": "Result: {tool_result}."},
@@ -188,7 +190,6 @@ async def test_a_turn_streams_as_the_protocol_says(harness: Harness, door: Any) 
     frames = [f for f in raw.split("\n\n") if f]
     assert all(f.startswith("data: ") for f in frames), "data: framing only, no event: lines"
     assert frames[-1] == "data: [DONE]"
-    import json
 
     chunks = [json.loads(f[6:]) for f in frames[:-1]]
     assert chunks[0] == {"type": "start", "messageId": f"{chat}/turn-1/assistant"}
@@ -321,7 +322,7 @@ async def test_bad_requests_get_a_typed_4xx_and_start_nothing(harness: Harness, 
     async with httpx.AsyncClient(timeout=30) as http:
         for body, status, code in cases:
             if isinstance(body, bytes):
-                r = await http.post(f"{fd.url}/api/chat", content=body)
+                r = await http.post(f"{fd.url}/api/chat", content=body, headers=JSON)
             else:
                 r = await http.post(f"{fd.url}/api/chat", json=body)
             assert r.status_code == status, (
@@ -330,8 +331,21 @@ async def test_bad_requests_get_a_typed_4xx_and_start_nothing(harness: Harness, 
             )
             assert r.json()["error"]["type"] == code, r.text
         big = b'{"id":"x","messages":[],"pad":"' + b"x" * (5 * 1024 * 1024) + b'"}'
-        r = await http.post(f"{fd.url}/api/chat", content=big)
+        r = await http.post(f"{fd.url}/api/chat", content=big, headers=JSON)
         assert r.status_code == 413
+        surrogate = b'{"id":"x","messages":[{"id":"m","role":"user","parts":[{"type":"text","text":"\\ud800"}]}]}'
+        r = await http.post(f"{fd.url}/api/chat", content=surrogate, headers=JSON)
+        assert r.status_code == 400 and r.json()["error"]["type"] == "InvalidPayload", r.text
+        # a page on another site cannot drive a door without authentication
+        body = json.dumps(chat_body(chat, [user_message("x", "m")]))
+        r = await http.post(
+            f"{fd.url}/api/chat", content=body, headers={"content-type": "text/plain"}
+        )
+        assert r.status_code == 415
+        r = await http.post(
+            f"{fd.url}/api/chat", content=body, headers={**JSON, "host": "evil.example"}
+        )
+        assert r.status_code == 403 and r.json()["error"]["type"] == "Forbidden"
     with pytest.raises(RPCError):
         await harness.turns.state(chat)  # no conversation was ever started
 
@@ -389,7 +403,7 @@ async def test_an_approval_continues_the_same_reply(harness: Harness, door: Any)
     assert r.status_code == 200
     assert rest[0] == {"type": "start", "messageId": first[0]["messageId"]}, "the same message"
     assert "tool-approval-request" not in types(rest), "what the browser has is not sent again"
-    assert types(rest)[1] == "tool-output-available"
+    assert types(rest)[1:3] == ["tool-approval-response", "tool-output-available"]
     assert text_of(rest) == "Result: disk wiped."
     assert (await post_chat(fd.url, body))[1] == rest, "the same answer twice attaches"
     assert len(harness.tool_runs()) == 1
@@ -550,8 +564,13 @@ async def test_a_client_that_takes_nothing_is_let_go_and_costs_a_bounded_buffer(
     class Door:
         open_streams = 1
 
+        def release(self, principal: str | None) -> None:
+            self.open_streams -= 1
+
     door = Door()
     stream = web_app.EventStream(door, frames())  # type: ignore[arg-type]
+    began = asyncio.get_running_loop().time()
     await asyncio.wait_for(stream({}, receive, send), 5)
+    assert asyncio.get_running_loop().time() - began < 2, "let go at the write timeout"
     assert door.open_streams == 0, "the stream is counted out"
     assert produced <= web_app.QUEUE_FRAMES + 2, f"the reader waited for the client ({produced})"

@@ -122,12 +122,26 @@ def live_events(events: Iterable[StreamEvent]) -> list[StreamEvent]:
             else:
                 a = ev.attempt or 0
                 current[ev.step] = max(current.get(ev.step, 0), a)
-                out = [e for e in out if not (e.step == ev.step and (e.attempt or 0) < a)]
+                out = [
+                    e
+                    for e in out
+                    if not (e.type in ATTEMPTED and e.step == ev.step and (e.attempt or 0) < a)
+                ]
             continue
-        if ev.step is not None and (ev.attempt or 0) < current.get(ev.step, 0):
+        if (
+            ev.type in ATTEMPTED
+            and ev.step is not None
+            and (ev.attempt or 0) < current.get(ev.step, 0)
+        ):
             continue
         out.append(ev)
     return out
+
+
+ATTEMPTED: Final = frozenset({CHUNK, STEP_START, STEP_FINISH})
+"""What a model step's attempt publishes (and a reset discards). A step's tool calls run as
+activities of their own, whose attempts are not the step's: their ``tool-wait`` and
+``tool-result`` events carry the step's number but always count."""
 
 
 # --- the backend interface ---------------------------------------------------------------

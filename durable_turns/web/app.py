@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -28,7 +29,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.responses import Response
-from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.client import (
+    WorkflowExecutionStatus,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -36,7 +41,9 @@ from durable_turns.client import TurnsClient
 from durable_turns.config import Settings
 from durable_turns.contract import (
     MAX_MESSAGE_ID_BYTES,
+    MAX_TOOL_RESULT_BYTES,
     ConversationState,
+    InvalidId,
     RequestRecord,
     id_problem,
     message_id_problem,
@@ -109,13 +116,47 @@ class FrontDoor:
     store: TranscriptStore
     max_streams: int
     models: frozenset[str]
+    max_streams_per_principal: int = 256
     open_streams: int = 0
-    _tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    by_principal: dict[str, int] = field(default_factory=dict)
+
+    def reserve(self, principal: str | None) -> None:
+        """Count an open stream; past the process's bound, or one principal's share of it,
+        503 (the client retries later)."""
+        if self.open_streams >= self.max_streams:
+            raise BadRequest(
+                503,
+                "TooManyStreams",
+                f"this server has {self.open_streams} streams open; retry later",
+            )
+        mine = self.by_principal.get(principal or "", 0)
+        if principal is not None and mine >= self.max_streams_per_principal:
+            raise BadRequest(
+                503,
+                "TooManyStreams",
+                f"you have {mine} streams open on this server (the limit is"
+                f" {self.max_streams_per_principal}); close some, or retry later",
+            )
+        self.open_streams += 1
+        self.by_principal[principal or ""] = mine + 1
+
+    def release(self, principal: str | None) -> None:
+        self.open_streams -= 1
+        key = principal or ""
+        left = self.by_principal.get(key, 1) - 1
+        if left > 0:
+            self.by_principal[key] = left
+        else:
+            self.by_principal.pop(key, None)
 
     # --- requests -----------------------------------------------------------------------
 
-    async def conversation(self, headers: Mapping[str, str], chat_id: str) -> str:
-        principal = await principal_of(self.authenticate, headers)
+    async def principal(self, headers: Mapping[str, str]) -> str | None:
+        """Who asks (401 when the credentials do not say), before anything is read."""
+        return await principal_of(self.authenticate, headers)
+
+    @staticmethod
+    def conversation(principal: str | None, chat_id: str) -> str:
         problem = chat_problem(principal, chat_id)
         if problem:
             raise BadRequest(400, "InvalidId", problem)
@@ -128,9 +169,9 @@ class FrontDoor:
         model = model if isinstance(model, str) and model in self.models else None
         if request.trigger == "regenerate-message":
             return await self._regenerate(conv, request, body, model)
-        if not request.messages:
+        last = request.last
+        if last is None:
             raise BadRequest(400, "InvalidRequest", "messages is empty")
-        last = request.messages[-1]
         if last.role == "assistant":
             return await self._answer_tools(conv, last)
         if last.role != "user":
@@ -160,15 +201,24 @@ class FrontDoor:
             starting.cancel()
             raise
         if waits_on:
-            # take our request back out of the queue (again, should the cancel overtake
-            # the update on its way: the update then answers with the request aborted)
-            for _ in range(5):
-                with contextlib.suppress(Exception):
-                    await self.client.cancel(conv, request_id)
-                with contextlib.suppress(BaseException):
-                    await asyncio.wait_for(asyncio.shield(starting), 2)
+            # take our request back out of the queue, and only from there (should the wait
+            # end meanwhile and the request run, it goes on); again, should the cancel
+            # overtake the update on its way
+            for _ in range(10):
                 if starting.done():
                     break
+                with contextlib.suppress(Exception):
+                    state = await self.client.state(conv)
+                    if any(r.request_id == request_id for r in state.queue):
+                        await self.client.cancel(conv, request_id)
+                    elif state.running and state.running.request_id == request_id:
+                        return await starting  # it runs: the wait ended meanwhile
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(asyncio.shield(starting), 1)
+            if starting.done() and not starting.cancelled() and starting.exception() is None:
+                record = starting.result()
+                if record.turn_number is not None:
+                    return record  # it ran after all
             starting.cancel()
             raise BadRequest(
                 409,
@@ -183,22 +233,21 @@ class FrontDoor:
         turn is the request's own."""
         try:
             state = await self.client.state(conv)
-        except RPCError:
-            return ""  # a new conversation (or Temporal busy): the update says what it must
-        running = state.running
-        if running is None or running.turn_number is None or running.request_id == request_id:
-            return ""
-        try:
+            running = state.running
+            if running is None or running.turn_number is None:
+                return ""
+            if any(r.request_id == request_id for r in (running, *state.queue, *state.recent)):
+                return ""  # the same request again: it attaches to its own turn
             pending = await self.client.pending_tool_calls(conv)
-        except RPCError:
+        except Exception:  # a new conversation, Temporal busy: the update says what it must
             return ""
         return ", ".join(sorted({str(p.get("tool_name")) for p in pending}))
 
     async def _regenerate(
         self, conv: str, request: ChatRequest, body: dict[str, Any], model: str | None
     ) -> Reply:
-        target = request.messageId or "last"
-        if target != "last" and not target.startswith(f"{conv}/turn-"):
+        target = request.messageId or await self._last_reply(conv)
+        if not target.startswith(f"{conv}/turn-"):
             raise BadRequest(400, "InvalidRequest", "messageId is not a reply of this chat")
         request_id = "ui-regenerate-" + hashlib.sha256(target.encode()).hexdigest()[:24]
         record = await self._start(
@@ -211,6 +260,14 @@ class FrontDoor:
         if record.turn_number is None:
             return Reply(conv, 0, protocol.assistant_id(conv, 0), ended=record.status)
         return Reply(conv, record.turn_number, protocol.assistant_id(conv, record.turn_number))
+
+    async def _last_reply(self, conv: str) -> str:
+        """The id of the chat's last reply: a regenerate names it (``"last"`` would make
+        every such request the same request, and the engine answer it once)."""
+        replies = [m for m in protocol.ui_messages(await self.store.messages(conv))]
+        if not replies or replies[-1]["role"] != "assistant":
+            raise BadRequest(400, "NothingToRegenerate", "the chat does not end with a reply")
+        return str(replies[-1]["id"])
 
     async def _answer_tools(self, conv: str, last: UIMessage) -> Reply:
         """The browser answered client tools or approvals in the last assistant message:
@@ -247,14 +304,29 @@ class FrontDoor:
             raise BadRequest(
                 400, "InvalidRequest", "the last assistant message answers no call a turn waits on"
             )
-        if resolutions:
-            await self._call(self.client.submit_tool_results(conv, resolutions))
+        for answer in resolutions:  # one signal each: each within the engine's limit
+            size = len(json.dumps(answer, ensure_ascii=False).encode())
+            if size > MAX_TOOL_RESULT_BYTES:
+                raise BadRequest(
+                    413,
+                    "RequestTooLarge",
+                    f"the answer to tool call {answer['tool_call_id']!r} is {size} bytes; the"
+                    f" limit is {MAX_TOOL_RESULT_BYTES}",
+                )
+        for answer in resolutions:
+            await self._call(self.client.submit_tool_results(conv, [answer]))
         return Reply(conv, head, protocol.assistant_id(conv, head), resume_after=resume_after)
 
     async def _call(self, call: Awaitable[Any]) -> Any:
         """A Temporal call; its typed refusals as 4xx, an unreachable server as 503."""
         try:
             return await call
+        except InvalidId as e:
+            raise BadRequest(400, "InvalidId", str(e)) from None
+        except WorkflowUpdateRPCTimeoutOrCancelledError:
+            raise BadRequest(
+                503, "TemporalUnavailable", "the request was not answered in time (no worker?)"
+            ) from None
         except WorkflowUpdateFailedError as e:
             cause = e.cause
             if isinstance(cause, ApplicationError) and cause.type:
@@ -278,6 +350,8 @@ class FrontDoor:
         if running is None or running.turn_number is None:
             return None
         head = running.turn_number
+        if running.kind == "continue" and head > 1:  # (its own record may not be stored yet)
+            head -= 1
         while head > 1:  # a continuation carries on the reply of the turn before it
             record = await self.store.get_turn(turn_id(conv, head))
             if record is None or not record.continuation:
@@ -371,6 +445,11 @@ class FrontDoor:
             return
         muted = reply.resume_after is not None
         current: int | None = None
+        # what is answered already (a replay must not stop at those calls' waits)
+        chain = await self.read_chain(reply.conversation_id, reply.head)
+        ui.answered_later = {
+            str(e.data.get("tool_call_id")) for _, e in chain if e.type == TOOL_RESULT
+        }
         async for turn, ev in self.events(reply.conversation_id, reply.head):
             if turn != current:
                 ui.begin_turn(turn)
@@ -393,7 +472,7 @@ class FrontDoor:
                 return
             if ui.done:
                 break
-            if ui.step_is_waiting():
+            if ev.type == TOOL_WAIT and ui.step_is_waiting():
                 for chunk in ui.end_waiting():
                     yield protocol.frame(chunk)
                 break
@@ -520,6 +599,7 @@ def create_app(
             hub=StreamHub(streams),
             store=store,
             max_streams=settings.http_max_streams,
+            max_streams_per_principal=settings.http_max_streams_per_principal,
             models=frozenset(settings.http_models),
         )
         try:
@@ -546,37 +626,45 @@ def create_app(
     @app.post("/api/chat")
     async def post_chat(request: Request) -> Any:
         it = door["it"]
+        check_origin(request, it.authenticate is None, json_body=True)
+        principal = await it.principal(request.headers)
         raw = await read_body(request, MAX_BODY_BYTES)
         chat = parse_chat_request(raw)
-        conv = await it.conversation(request.headers, chat.id)
-        reserve(it)
+        conv = it.conversation(principal, chat.id)
+        it.reserve(principal)
         try:
             reply = await it.chat(conv, chat)
         except BaseException:
-            it.open_streams -= 1
+            it.release(principal)
             raise
-        return EventStream(it, it.frames(reply, reset_step=wants_reset_step(request.headers)))
+        frames = it.frames(reply, reset_step=wants_v7(request.headers, settings.http_protocol))
+        return EventStream(it, frames, principal)
 
     @app.get("/api/chat/{chat_id:path}/stream")
     async def get_stream(chat_id: str, request: Request) -> Any:
         it = door["it"]
-        conv = await it.conversation(request.headers, chat_id)
+        check_origin(request, it.authenticate is None)
+        principal = await it.principal(request.headers)
+        conv = it.conversation(principal, chat_id)
         reply = await it.running_reply(conv)
         if reply is None:
             return Response(status_code=204)
-        reserve(it)
-        return EventStream(it, it.frames(reply, reset_step=wants_reset_step(request.headers)))
+        it.reserve(principal)
+        frames = it.frames(reply, reset_step=wants_v7(request.headers, settings.http_protocol))
+        return EventStream(it, frames, principal)
 
     @app.get("/api/chat/{chat_id:path}/messages")
     async def get_messages(chat_id: str, request: Request) -> Any:
         it = door["it"]
-        conv = await it.conversation(request.headers, chat_id)
+        check_origin(request, it.authenticate is None)
+        conv = it.conversation(await it.principal(request.headers), chat_id)
         return JSONResponse(protocol.ui_messages(await it.store.messages(conv)))
 
     @app.post("/api/chat/{chat_id:path}/stop")
     async def stop(chat_id: str, request: Request) -> Any:
         it = door["it"]
-        conv = await it.conversation(request.headers, chat_id)
+        check_origin(request, it.authenticate is None)
+        conv = it.conversation(await it.principal(request.headers), chat_id)
         state = await it.state(conv)
         running = state.running if state else None
         if running is None:
@@ -601,20 +689,36 @@ def create_app(
     return app
 
 
-def wants_reset_step(headers: Mapping[str, str]) -> bool:
-    """ai 7 and later take ``reset-step``; a client says it is on ai 6 with the header
-    ``x-ui-message-stream-version: 6`` (a retried step then ends the live reply with an
-    error that asks for a resume, which replays without the discarded attempt)."""
-    return headers.get("x-ui-message-stream-version", "").strip() not in ("5", "6")
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
 
 
-def reserve(it: FrontDoor) -> None:
-    """Count an open stream; past the bound, 503 (the client retries later)."""
-    if it.open_streams >= it.max_streams:
+def check_origin(request: Any, open_door: bool, json_body: bool = False) -> None:
+    """Without authentication (loopback only), a web page the user visits must not drive
+    the front door: a POST must be JSON (which a cross-site page cannot send without a CORS
+    preflight, and none is granted), and the Host must be a loopback name (no DNS
+    rebinding). With authentication the credentials decide."""
+    if json_body and "application/json" not in request.headers.get("content-type", ""):
+        raise BadRequest(415, "UnsupportedMediaType", "send the request as application/json")
+    if not open_door:
+        return
+    host = request.headers.get("host", "")
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    if name not in LOOPBACK_HOSTS:
         raise BadRequest(
-            503, "TooManyStreams", f"this server has {it.open_streams} streams open; retry later"
+            403,
+            "Forbidden",
+            f"without authentication this server answers only loopback names, not {host!r}"
+            " (set TURNS_HTTP_TOKEN to serve other hosts)",
         )
-    it.open_streams += 1
+
+
+def wants_v7(headers: Mapping[str, str], default: int) -> bool:
+    """Whether the client takes ai 7's chunks (``reset-step``, ``tool-approval-response``):
+    the request's ``x-ui-message-stream-version`` header, else ``TURNS_HTTP_PROTOCOL``. On
+    ai 6 a retried step ends the live reply with an error that asks for a resume, which
+    replays without the discarded attempt."""
+    given = headers.get("x-ui-message-stream-version", "").strip()
+    return (int(given) if given.isdigit() else default) >= 7
 
 
 async def read_body(request: Any, limit: int) -> bytes:
@@ -640,10 +744,13 @@ class EventStream(Response):
     takes nothing for ``WRITE_TIMEOUT_S`` is disconnected; a closed connection stops the
     reader (it is not a Stop: the turn goes on, and the stream can be resumed)."""
 
-    def __init__(self, door: FrontDoor, frames: AsyncIterator[bytes]) -> None:
+    def __init__(
+        self, door: FrontDoor, frames: AsyncIterator[bytes], principal: str | None = None
+    ) -> None:
         super().__init__(status_code=200, headers=protocol.HEADERS)
         self.door = door
         self.frames = frames
+        self.principal = principal
 
     async def __call__(
         self,
@@ -664,8 +771,8 @@ class EventStream(Response):
                 log.exception("a reply's stream failed")
                 await queue.put(protocol.frame({"type": "error", "errorText": type(e).__name__}))
                 await queue.put(protocol.DONE)
-            finally:
-                await queue.put(None)
+            # (cancelled: nobody reads the queue any more, so nothing more is put in it)
+            await queue.put(None)
 
         async def disconnected() -> None:
             while True:
@@ -706,11 +813,11 @@ class EventStream(Response):
         except (TimeoutError, OSError):
             pass  # a slow or gone client: its reply can be resumed
         finally:
-            self.door.open_streams -= 1
+            self.door.release(self.principal)
             for task in (producer, watcher):
                 task.cancel()
             for task in (producer, watcher):
                 with contextlib.suppress(BaseException):
-                    await task
-            with contextlib.suppress(BaseException):
-                await self.frames.aclose()  # type: ignore[attr-defined]
+                    await asyncio.wait_for(task, 5)
+            with contextlib.suppress(BaseException):  # lets the stream's hub entry go
+                await asyncio.wait_for(self.frames.aclose(), 5)  # type: ignore[attr-defined]

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import hmac
 import inspect
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from urllib.parse import quote
 
 from durable_turns.contract import id_problem
+
+_NAME = re.compile(r"[A-Za-z0-9_.@-]+")
+"""A principal's name in ``name=token``."""
 
 Authenticate = Callable[[Mapping[str, str]], "str | Awaitable[str | None] | None"]
 """``headers -> principal`` (or ``None``: 401); headers are lower-cased."""
@@ -35,10 +39,9 @@ def bearer_tokens(spec: str) -> Authenticate:
         if not item:
             continue
         name, sep, token = item.partition("=")
-        if not sep:
+        if not (sep and _NAME.fullmatch(name) and token.strip("=")):
+            # one token (base64 padding included: "abc==" is a token, not "abc" = "=")
             name, token = "default", item
-        if not token or not name:
-            raise ValueError("TURNS_HTTP_TOKEN: give a token, or name=token pairs")
         tokens[token] = name
     if not tokens:
         raise ValueError("TURNS_HTTP_TOKEN is empty")

@@ -37,6 +37,7 @@ from durable_turns.streams import (
     TURN_FINISH,
     StreamEvent,
 )
+from durable_turns.streams.base import ATTEMPTED
 
 HEADERS = {
     "content-type": "text/event-stream",
@@ -92,6 +93,9 @@ class UIMessageStream:
         """The reply ended (finished, failed, aborted)."""
         self.waiting: dict[str, dict[str, Any]] = {}
         """Calls the turn waits on, by tool call id (``tool-wait`` events not yet answered)."""
+        self.answered_later: set[str] = set()
+        """Calls whose results are in the stream already, further on: a replay does not stop
+        at their wait."""
         self.needs_resume = False
         """A live reset that this client cannot take (no ``reset_step``)."""
         self._k = 0
@@ -123,7 +127,11 @@ class UIMessageStream:
         key = (self.turn, ev.step)
         if ev.type == RESET:
             return self._reset(ev, key)
-        if ev.step is not None and (ev.attempt or 0) < self._attempts.get(key, 0):
+        if (
+            ev.type in ATTEMPTED
+            and ev.step is not None
+            and (ev.attempt or 0) < self._attempts.get(key, 0)
+        ):
             return []  # an older attempt still streaming (a worker that lost its activity)
         if ev.type == CHUNK:
             return self._chunk(ev.data)
@@ -226,13 +234,28 @@ class UIMessageStream:
         approval = data.get("approval")
         if wait is not None and wait.get("waiting_for") == "approval" and approval is None:
             approval = {"approved": not data.get("is_error")}
+        out: list[dict[str, Any]] = []
+        if data.get("approval") is not None and self.reset_step:
+            # ai 7: the decision itself, so a replay's part holds it as the stored one does
+            response = {
+                "type": "tool-approval-response",
+                "approvalId": call_id,
+                "approved": bool(data["approval"].get("approved")),
+            }
+            if data["approval"].get("reason"):
+                response["reason"] = data["approval"]["reason"]
+            out.append(response)
         if approval is not None and not approval.get("approved"):
-            return [{"type": "tool-output-denied", "toolCallId": call_id}]
+            return [*out, {"type": "tool-output-denied", "toolCallId": call_id}]
         if data.get("is_error"):
-            return [{"type": "tool-output-error", "toolCallId": call_id, "errorText": _text(data)}]
-        return [
+            out.append(
+                {"type": "tool-output-error", "toolCallId": call_id, "errorText": _text(data)}
+            )
+            return out
+        out.append(
             {"type": "tool-output-available", "toolCallId": call_id, "output": data.get("output")}
-        ]
+        )
+        return out
 
     def _tool_wait(self, data: dict[str, Any]) -> list[dict[str, Any]]:
         call_id = data.get("tool_call_id", "")
@@ -247,9 +270,10 @@ class UIMessageStream:
         return out
 
     def step_is_waiting(self) -> bool:
-        """Every call of the current step is answered or waits, and some wait: the turn now
-        waits for the client, and the reply's response ends here."""
-        pending = self._step_calls - self._answered
+        """Every call of the current step is answered or waits, and some wait (not known to
+        be answered already, see :attr:`answered_later`): the turn now waits for the client,
+        and the reply's response ends here. Asked right after a ``tool-wait``."""
+        pending = self._step_calls - self._answered - self.answered_later
         return bool(pending) and pending <= set(self.waiting)
 
     def end_waiting(self) -> list[dict[str, Any]]:

@@ -77,14 +77,20 @@ class UIMessage(BaseModel):
 
 
 class ChatRequest(BaseModel):
-    """``POST /api/chat``: the transport's body. Unknown top-level fields are the ``body``."""
+    """``POST /api/chat``: the transport's body. Unknown top-level fields are the ``body``.
+
+    Only the last message is read, so only it is validated (into :class:`UIMessage`); the
+    others stay the JSON they came as: a long chat costs one message's parsing."""
 
     model_config = ConfigDict(extra="allow")
 
     id: str = Field(min_length=1)
-    messages: list[UIMessage] = Field(default_factory=list, max_length=MAX_MESSAGES)
+    messages: list[Any] = Field(default_factory=list, max_length=MAX_MESSAGES)
     trigger: Literal["submit-message", "regenerate-message"] = "submit-message"
     messageId: str | None = None  # the protocol's name
+
+    last: UIMessage | None = None
+    """The last message, validated (set by :func:`parse_chat_request`)."""
 
     @property
     def body(self) -> dict[str, Any]:
@@ -99,21 +105,29 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
             413, "RequestTooLarge", f"the body is {len(raw)} bytes; the limit is {MAX_BODY_BYTES}"
         )
     value = parse_json(raw)
+    if isinstance(value, dict):
+        value.pop("last", None)  # not the client's to set
     try:
         request = ChatRequest.model_validate(value)
+        if request.messages:  # the one the server reads
+            request.last = UIMessage.model_validate(request.messages[-1])
     except ValidationError as e:
         raise BadRequest(
             400, "InvalidRequest", f"malformed chat request: {validation_problems(e, 5)}"
         ) from None
-    for message in request.messages[-1:]:  # the one the server reads
-        for part in message.parts:
+    for part in request.last.parts if request.last else []:
+        try:
             size = len(json.dumps(part.model_dump(), ensure_ascii=False).encode())
-            if size > MAX_PART_BYTES:
-                raise BadRequest(
-                    413,
-                    "RequestTooLarge",
-                    f"a {part.type} part is {size} bytes; the limit is {MAX_PART_BYTES}",
-                )
+        except UnicodeEncodeError:
+            raise BadRequest(
+                400, "InvalidPayload", f"a {part.type} part holds a lone surrogate (not Unicode)"
+            ) from None
+        if size > MAX_PART_BYTES:
+            raise BadRequest(
+                413,
+                "RequestTooLarge",
+                f"a {part.type} part is {size} bytes; the limit is {MAX_PART_BYTES}",
+            )
     return request
 
 
