@@ -515,17 +515,26 @@ async def test_cancel_without_a_worker_or_on_a_closed_conversation(
 
 
 def _sized_request(size: int, request_id: str) -> dict[str, object]:
-    """A submitMessages request whose payload is exactly ``size`` bytes on the wire."""
-    from durable_turns.codec import data_converter_from_env
+    """A submitMessages request that is exactly ``size`` bytes as the conversation keeps it
+    (its messages parsed, each id scoped to the request: what the queue bound counts)."""
+    from durable_turns.contract import PendingRequest, SubmitMessages
+    from durable_turns.workflows.conversation import _sized
 
-    converter = data_converter_from_env().payload_converter
-
-    def wire(n: int) -> int:
+    def kept(n: int) -> tuple[dict[str, object], int]:
         request = TurnsClient.request("x" * n, request_id=request_id)
-        return len(converter.to_payloads([request])[0].data)
+        parsed = SubmitMessages.model_validate(request)
+        messages = [
+            m.model_copy(update={"id": f"{request_id}/{m.id or i}"})
+            for i, m in enumerate(parsed.messages)
+        ]
+        pending = PendingRequest(
+            request_id=request_id, messages=messages, body=parsed.body, model=parsed.model
+        )
+        return request, _sized(pending).size
 
-    request = TurnsClient.request("x" * (1 + size - wire(1)), request_id=request_id)
-    assert len(converter.to_payloads([request])[0].data) == size
+    request, size_1 = kept(1)
+    request, got = kept(1 + size - size_1)
+    assert got == size
     return request
 
 
