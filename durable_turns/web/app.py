@@ -805,8 +805,22 @@ class EventStream(Response):
                     data = getter.result()
                 if data is None:
                     break
+                # what else is ready goes out in the same write (one send, one syscall)
+                batch = [data]
+                while not queue.empty() and len(batch) < QUEUE_FRAMES:
+                    more = queue.get_nowait()
+                    if more is None:
+                        queue.put_nowait(None)  # the end, after this write
+                        break
+                    batch.append(more)
                 await asyncio.wait_for(
-                    send({"type": "http.response.body", "body": data, "more_body": True}),
+                    send(
+                        {
+                            "type": "http.response.body",
+                            "body": b"".join(batch) if len(batch) > 1 else data,
+                            "more_body": True,
+                        }
+                    ),
                     WRITE_TIMEOUT_S,
                 )
             await send({"type": "http.response.body", "body": b"", "more_body": False})
