@@ -22,7 +22,6 @@ from durable_turns.web.protocol import UIMessageStream
 from tests.support.harness import ROOT, Harness
 from tests.support.probes import wait_until
 from tests.support.web import (
-    FrontDoor,
     chat_body,
     post_chat,
     sse_chunks,
@@ -47,20 +46,6 @@ def types(chunks: list[Any]) -> list[str]:
 
 def stored_text(message: dict[str, Any]) -> str:
     return "".join(p["text"] for p in message["parts"] if p["type"] == "text")
-
-
-@pytest.fixture
-def door(harness: Harness) -> Any:
-    doors: list[FrontDoor] = []
-
-    def start(**env: str) -> FrontDoor:
-        d = FrontDoor(harness, **env).wait_ready()
-        doors.append(d)
-        return d
-
-    yield start
-    for d in doors:
-        d.stop()
 
 
 async def messages(url: str, chat: str, headers: dict[str, str] | None = None) -> Any:

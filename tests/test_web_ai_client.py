@@ -27,20 +27,6 @@ VERSIONS = [6, 7]
 SLOW = [{"text": "word", "repeat": 80, "delay_ms": 40}]
 
 
-@pytest.fixture
-def door(harness: Harness) -> Any:
-    doors: list[FrontDoor] = []
-
-    def start(**env: str) -> FrontDoor:
-        d = FrontDoor(harness, **env).wait_ready()
-        doors.append(d)
-        return d
-
-    yield start
-    for d in doors:
-        d.stop()
-
-
 async def stored_reply(url: str, chat: str) -> dict[str, Any]:
     async with httpx.AsyncClient(timeout=30) as http:
         messages = (await http.get(f"{url}/api/chat/{chat}/messages")).json()

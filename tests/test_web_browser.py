@@ -8,7 +8,6 @@ import asyncio
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.support.harness import Harness
 from tests.support.probes import wait_until
@@ -17,20 +16,6 @@ from tests.support.web import FrontDoor, browser, needs_chromium
 pytestmark = needs_chromium
 
 SLOW = [{"text": "word", "repeat": 60, "delay_ms": 60}]
-
-
-@pytest.fixture
-def door(harness: Harness) -> Any:
-    doors: list[FrontDoor] = []
-
-    def start(**env: str) -> FrontDoor:
-        d = FrontDoor(harness, **env).wait_ready()
-        doors.append(d)
-        return d
-
-    yield start
-    for d in doors:
-        d.stop()
 
 
 async def stored(fd: FrontDoor, chat: str) -> list[dict[str, Any]]:

@@ -23,13 +23,21 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class WorkerProcess:
-    """``python worker.py`` as a real child process (so tests can ``kill -9`` it)."""
+    """``python worker.py`` as a real child process (so tests can ``kill -9`` it); another
+    command with ``args`` (ready when it prints ``marker``)."""
 
-    def __init__(self, env: dict[str, str], log_path: Path) -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        log_path: Path,
+        args: list[str] | None = None,
+        marker: bytes = b"worker ready",
+    ) -> None:
         self.log_path = log_path
+        self._marker = marker
         self._log = open(log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, str(ROOT / "worker.py")],
+            [sys.executable, *(args or [str(ROOT / "worker.py")])],
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
@@ -44,7 +52,7 @@ class WorkerProcess:
         for line in self.proc.stdout:
             self._log.write(line)
             self._log.flush()
-            if b"worker ready" in line:
+            if self._marker in line:
                 self._ready.set()
 
     def wait_ready(self, timeout: float = 60) -> None:

@@ -7,16 +7,13 @@ import asyncio
 import json
 import shutil
 import socket
-import subprocess
-import sys
-import threading
-import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.harness import ROOT, Harness
+from tests.support.harness import ROOT, Harness, WorkerProcess
 
 JS = ROOT / "tests" / "js"
 
@@ -27,65 +24,22 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class FrontDoor:
+class FrontDoor(WorkerProcess):
     """``turns serve`` on a free port, with the harness's task queue, store and streams."""
 
     def __init__(self, harness: Harness, **env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = harness.tmp / f"serve-{self.port}.log"
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "from durable_turns.cli import main; main()",
-                "serve",
-                "--port",
-                str(self.port),
-            ],
-            cwd=ROOT,
-            env=harness.env(**env),
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            stdin=subprocess.DEVNULL,
+        super().__init__(
+            harness.env(**env),
+            harness.tmp / f"serve-{self.port}.log",
+            ["-c", "from durable_turns.cli import main; main()", "serve", "--port", str(self.port)],
+            marker=b"front door on",  # printed once it listens
         )
-        self._ready = threading.Event()
-        threading.Thread(target=self._pump, daemon=True).start()
 
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._log.write(line)
-            self._log.flush()
-            if b"front door on" in line:
-                self._ready.set()
-
-    def wait_ready(self, timeout: float = 30) -> FrontDoor:
-        deadline = time.monotonic() + timeout
-        while not self._ready.wait(0.1):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"front door not ready:\n{self.log_tail()}")
-        while time.monotonic() < deadline:  # printed before uvicorn binds: wait for the port
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", self.port)) == 0:
-                    return self
-            time.sleep(0.05)
-        raise RuntimeError(f"front door not listening:\n{self.log_tail()}")
-
-    def log_tail(self, n: int = 4000) -> str:
-        self._log.flush()
-        return self.log_path.read_bytes()[-n:].decode(errors="replace")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log.close()
+    def wait_ready(self, timeout: float = 30) -> FrontDoor:  # type: ignore[override]
+        super().wait_ready(timeout)
+        return self
 
 
 def user_message(text: str, message_id: str) -> dict[str, Any]:
@@ -128,20 +82,25 @@ needs_node = pytest.mark.skipif(
 )
 
 
-async def ai_client(spec: dict[str, Any], within: float = 90) -> dict[str, Any]:
-    """Run the real ``ai`` client (``tests/js/ui_client.mjs``) on one request."""
+async def node(script: str, spec: dict[str, Any], within: float) -> dict[str, Any]:
+    """Run ``tests/js/<script>`` on one JSON spec (stdin); its one JSON line (stdout)."""
     proc = await asyncio.create_subprocess_exec(
         "node",
-        str(JS / "ui_client.mjs"),
+        str(JS / script),
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         cwd=JS,
     )
     out, err = await asyncio.wait_for(proc.communicate(json.dumps(spec).encode()), within)
-    if proc.returncode != 0 or not out.strip():
-        raise RuntimeError(f"ui_client.mjs failed ({proc.returncode}): {err.decode()[-3000:]}")
+    if not out.strip():
+        raise RuntimeError(f"{script} printed nothing ({proc.returncode}): {err.decode()[-3000:]}")
     return dict(json.loads(out.decode().strip().splitlines()[-1]))
+
+
+async def ai_client(spec: dict[str, Any], within: float = 90) -> dict[str, Any]:
+    """The real ``ai`` client (``tests/js/ui_client.mjs``) on one request."""
+    return await node("ui_client.mjs", spec, within)
 
 
 def canonical(value: Any) -> str:
@@ -162,17 +121,19 @@ needs_chromium = pytest.mark.skipif(
 
 async def browser(spec: dict[str, Any], within: float = 120) -> dict[str, Any]:
     """Drive the chat page in headless Chromium (``tests/js/browser.mjs``)."""
-    proc = await asyncio.create_subprocess_exec(
-        "node",
-        str(JS / "browser.mjs"),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=JS,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(json.dumps(spec).encode()), within)
-    if not out.strip():
-        raise RuntimeError(
-            f"browser.mjs printed nothing ({proc.returncode}): {err.decode()[-3000:]}"
-        )
-    return dict(json.loads(out.decode().strip().splitlines()[-1]))
+    return await node("browser.mjs", spec, within)
+
+
+@pytest.fixture
+def door(harness: Harness) -> Iterator[Callable[..., FrontDoor]]:
+    """``door(**env)`` starts a front door for the test (stopped after it)."""
+    doors: list[FrontDoor] = []
+
+    def start(**env: str) -> FrontDoor:
+        d = FrontDoor(harness, **env).wait_ready()
+        doors.append(d)
+        return d
+
+    yield start
+    for d in doors:
+        d.stop()
