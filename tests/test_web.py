@@ -562,3 +562,44 @@ async def test_a_client_that_takes_nothing_is_let_go_and_costs_a_bounded_buffer(
     assert produced <= 2 * web_app.QUEUE_FRAMES + 2, (
         f"the reader waited for the client ({produced})"
     )
+
+
+async def test_the_app_mounts_inside_another_service(harness: Harness) -> None:
+    """create_app(settings) under a path of the user's own FastAPI app: the page and the API
+    live under that path, and the door connects on its first request (Starlette runs no
+    lifespan for a mounted app)."""
+    import uvicorn
+    from fastapi import FastAPI
+
+    from durable_turns.config import Settings
+    from durable_turns.web import create_app
+    from tests.support.web import free_port
+
+    harness.start_worker()
+    settings = Settings.from_env().with_overrides(
+        temporal_address=harness.address,
+        task_queue=harness.task_queue,
+        store_url=harness.store_url,
+        chunk_stream_url=f"sqlite:///{harness.tmp / 'data' / 'chunks.db'}",
+    )
+    parent = FastAPI()
+    parent.mount("/chat", create_app(settings))
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(parent, host="127.0.0.1", port=port, log_level="warning")
+    )
+    serving = asyncio.create_task(server.serve())
+    try:
+        await wait_until(lambda: server.started)
+        base = f"http://127.0.0.1:{port}/chat"
+        chat = harness.conv("web-mounted")
+        r, chunks = await post_chat(base, chat_body(chat, [user_message("Rome?", "m")]))
+        assert r.status_code == 200 and chunks[-1] == "[DONE]"
+        stored = await messages(base, chat)
+        assert stored_text(stored[-1]) == text_of(chunks)
+        async with httpx.AsyncClient(timeout=30) as http:
+            page = await http.get(f"{base}/")
+        assert page.status_code == 200 and "api/chat" in page.text
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(serving, 30)

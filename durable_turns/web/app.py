@@ -584,30 +584,42 @@ def create_app(
     if authenticate is None and settings.http_token:
         authenticate = bearer_tokens(settings.http_token)
     door: dict[str, FrontDoor] = {}
+    opening = asyncio.Lock()
+
+    async def opened() -> FrontDoor:
+        """The door, connected on first use: by the app's lifespan, or by its first request
+        where nothing runs the lifespan (Starlette runs none for a mounted app)."""
+        if "it" not in door:
+            async with opening:
+                if "it" not in door:
+                    turns = client or await TurnsClient.connect(settings)
+                    streams = await turns._stream_backend()
+                    store = open_store(settings.resolved_store_url)
+                    await store.open()
+                    door["it"] = FrontDoor(
+                        settings=settings,
+                        authenticate=authenticate,
+                        client=turns,
+                        streams=streams,
+                        hub=StreamHub(streams),
+                        store=store,
+                        max_streams=settings.http_max_streams,
+                        max_streams_per_principal=settings.http_max_streams_per_principal,
+                        models=frozenset(settings.http_models),
+                    )
+        return door["it"]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        turns = client or await TurnsClient.connect(settings)
-        streams = await turns._stream_backend()
-        store = open_store(settings.resolved_store_url)
-        await store.open()
-        door["it"] = FrontDoor(
-            settings=settings,
-            authenticate=authenticate,
-            client=turns,
-            streams=streams,
-            hub=StreamHub(streams),
-            store=store,
-            max_streams=settings.http_max_streams,
-            max_streams_per_principal=settings.http_max_streams_per_principal,
-            models=frozenset(settings.http_models),
-        )
+        await opened()
         try:
             yield
         finally:
-            await store.close()
-            if client is None:
-                await turns.aclose()
+            it = door.pop("it", None)
+            if it is not None:
+                await it.store.close()
+                if client is None:
+                    await it.client.aclose()
 
     app = FastAPI(title="durable-turns", lifespan=lifespan, docs_url=None, redoc_url=None)
 
@@ -625,7 +637,7 @@ def create_app(
 
     @app.post("/api/chat")
     async def post_chat(request: Request) -> Any:
-        it = door["it"]
+        it = await opened()
         check_origin(request, it.authenticate is None, json_body=True)
         principal = await it.principal(request.headers)
         raw = await read_body(request, MAX_BODY_BYTES)
@@ -642,7 +654,7 @@ def create_app(
 
     @app.get("/api/chat/{chat_id:path}/stream")
     async def get_stream(chat_id: str, request: Request) -> Any:
-        it = door["it"]
+        it = await opened()
         check_origin(request, it.authenticate is None)
         principal = await it.principal(request.headers)
         conv = it.conversation(principal, chat_id)
@@ -655,14 +667,14 @@ def create_app(
 
     @app.get("/api/chat/{chat_id:path}/messages")
     async def get_messages(chat_id: str, request: Request) -> Any:
-        it = door["it"]
+        it = await opened()
         check_origin(request, it.authenticate is None)
         conv = it.conversation(await it.principal(request.headers), chat_id)
         return JSONResponse(protocol.ui_messages(await it.store.messages(conv)))
 
     @app.post("/api/chat/{chat_id:path}/stop")
     async def stop(chat_id: str, request: Request) -> Any:
-        it = door["it"]
+        it = await opened()
         check_origin(request, it.authenticate is None)
         conv = it.conversation(await it.principal(request.headers), chat_id)
         state = await it.state(conv)
@@ -681,7 +693,7 @@ def create_app(
 
     @app.get("/api/health")
     async def health() -> Any:
-        it = door["it"]
+        it = await opened()
         return JSONResponse(
             {"ok": True, "open_streams": it.open_streams, "streams_followed": it.hub.followed}
         )
