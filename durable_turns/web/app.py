@@ -264,7 +264,7 @@ class FrontDoor:
     async def _last_reply(self, conv: str) -> str:
         """The id of the chat's last reply: a regenerate names it (``"last"`` would make
         every such request the same request, and the engine answer it once)."""
-        replies = [m for m in protocol.ui_messages(await self.store.messages(conv))]
+        replies = protocol.ui_messages(await self.store.messages(conv))
         if not replies or replies[-1]["role"] != "assistant":
             raise BadRequest(400, "NothingToRegenerate", "the chat does not end with a reply")
         return str(replies[-1]["id"])
