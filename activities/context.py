@@ -80,7 +80,8 @@ def assistant_message(
         "status": status,
     }
     # What the parts do not hold, for clients that show it (the browser front door):
-    # each step's sources (citations), and the user's decision on calls needing approval.
+    # each step's sources (citations), the user's decision on calls needing approval, and
+    # what became of calls that did not simply run (blocked, substituted, denied...).
     sources = {
         str(i): [s.model_dump(mode="json", exclude={"type"}) for s in step.sources]
         for i, step in enumerate(steps)
@@ -91,6 +92,9 @@ def assistant_message(
     approvals = {k: r.approval for k, r in results.items() if r.approval is not None}
     if approvals:
         metadata["approvals"] = approvals
+    outcomes = {k: r.outcome for k, r in results.items() if r.outcome not in (None, "ran")}
+    if outcomes:
+        metadata["tool_outcomes"] = outcomes
     if turn.regenerates is not None:
         metadata["regenerates"] = turn.regenerates
     return Message(

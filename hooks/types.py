@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from durable_turns.contract import StopCondition
+from durable_turns.contract import StopCondition, ToolCallOutcome
 from durable_turns.messages import (
     Message,
     ReasoningPart,
@@ -388,10 +388,16 @@ class ToolCallResultContext:
     """Wall-clock time of the call: ``before_tool_call``'s decision and the tool's run."""
     success: bool
     """False when the tool raised, its input was invalid or the hook raised; blocked and
-    substituted calls are successes (the model received an output)."""
+    substituted calls are successes (the model received an output): ``outcome`` tells them
+    from a run."""
     output: Any = None
     error: Any = None
     """The error text the model sees (when ``success`` is False)."""
+    outcome: ToolCallOutcome = "ran"
+    """What became of the call: ``"ran"`` (the tool ran, whatever it returned),
+    ``"blocked"``, ``"substituted"`` (``before_tool_call``'s decision), ``"denied"`` (the user
+    refused an approval), ``"unavailable"``, ``"invalid"``, ``"interrupted"`` or
+    ``"hook_error"`` (``contract.ToolCallOutcome``)."""
     type: str = "tool-call"
     dynamic: bool = False
     request_id: str = ""
