@@ -184,6 +184,12 @@ class TurnConfig(_Config):
     truncation: TruncationConfig | None = None
     """Truncation of older messages (on by default, Think's rule): ``False``/``"off"`` or a
     ``TruncationConfig``. Not applied to a ``messages`` override."""
+    failed_turn_messages: Literal["keep", "drop", "fold"] | None = None
+    """What the turn sends of earlier user messages that got no reply (their turn failed,
+    or was cancelled, before any output was stored): ``"keep"`` (the default) sends them as
+    they are, ``"drop"`` leaves them out, ``"fold"`` sends each run of them as one user
+    message, their texts after a note that they got no reply. The transcript keeps them
+    whatever this says. Not applied to a ``messages`` override."""
 
     @model_validator(mode="before")
     @classmethod
