@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable_turns.activities.compaction import apply_compaction
+from durable_turns.activities.compaction import apply_compaction, is_compaction
 from durable_turns.activities.truncation import truncate_older
 from durable_turns.contract import CONTINUE_PROMPT
 from durable_turns.hooks.types import SAMPLING, StepResult, TurnConfig
@@ -80,7 +80,8 @@ def assistant_message(
         "status": status,
     }
     # What the parts do not hold, for clients that show it (the browser front door):
-    # each step's sources (citations), and the user's decision on calls needing approval.
+    # each step's sources (citations), the user's decision on calls needing approval, and
+    # what became of calls that did not simply run (blocked, substituted, denied...).
     sources = {
         str(i): [s.model_dump(mode="json", exclude={"type"}) for s in step.sources]
         for i, step in enumerate(steps)
@@ -91,6 +92,9 @@ def assistant_message(
     approvals = {k: r.approval for k, r in results.items() if r.approval is not None}
     if approvals:
         metadata["approvals"] = approvals
+    outcomes = {k: r.outcome for k, r in results.items() if r.outcome not in (None, "ran")}
+    if outcomes:
+        metadata["tool_outcomes"] = outcomes
     if turn.regenerates is not None:
         metadata["regenerates"] = turn.regenerates
     return Message(
@@ -181,11 +185,64 @@ async def base_messages(
             transcript = await store.messages(turn.conversation_id)
         stored = [m for m in transcript if m.id != own]
         messages = apply_compaction(stored)
+        messages = failed_turn_messages(messages, turn, config.failed_turn_messages)
         if truncate:
             messages = truncate_older(messages, config.truncation)
     if turn.continuation and messages and _needs_continue_prompt(messages[-1]):
         messages.append(continue_prompt(turn.turn_id))
     return messages
+
+
+FOLD_NOTE = "(Earlier messages that got no reply, because their turns did not finish:)"
+
+
+def failed_turn_messages(
+    messages: list[Message], turn: TurnRecord, policy: str | None
+) -> list[Message]:
+    """``messages`` with earlier user messages that got no reply kept, dropped or folded
+    (``TurnConfig.failed_turn_messages``). A user message got no reply when another
+    request's user message follows it before any assistant message, or nothing does; the
+    turn's own messages (ids under its request id) never count."""
+    if policy in (None, "keep"):
+        return messages
+    own = f"{turn.request_id}/"
+    out: list[Message] = []
+    run: list[Message] = []
+    for i, m in enumerate(messages):
+        if m.role == "user" and not m.id.startswith(own) and _unanswered(messages, i):
+            run.append(m)
+            continue
+        if run and policy == "fold":
+            out.append(_folded(run))
+        run = []
+        out.append(m)
+    if run and policy == "fold":
+        out.append(_folded(run))
+    return out
+
+
+def _request_of(message: Message) -> str:
+    """The request a message came with: engine ids are ``<request id>/<message id>``."""
+    return message.id.split("/", 1)[0]
+
+
+def _unanswered(messages: list[Message], i: int) -> bool:
+    if is_compaction(messages[i]):
+        return False
+    request = _request_of(messages[i])
+    for m in messages[i + 1 :]:
+        if m.role == "assistant":
+            return False
+        if m.role == "user" and not is_compaction(m) and _request_of(m) != request:
+            return True
+    return True
+
+
+def _folded(run: list[Message]) -> Message:
+    texts = [m.text for m in run if m.text]
+    parts: list[Part] = [TextPart(text="\n\n".join([FOLD_NOTE, *texts]))]
+    parts += [p for m in run for p in m.parts if not isinstance(p, TextPart)]
+    return Message(id=f"{run[0].id}/folded", role="user", parts=parts)
 
 
 def _needs_continue_prompt(last: Message) -> bool:

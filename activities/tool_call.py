@@ -100,6 +100,7 @@ class ToolCallActivities:
                     messages=ctx.messages,
                     duration_ms=duration_ms,
                     success=not run.is_error,
+                    outcome=run.outcome,
                     output=None if run.is_error else run.output,
                     error=run.output if run.is_error else None,
                     request_id=turn.request_id,
@@ -117,6 +118,7 @@ class ToolCallActivities:
             blocked=run.blocked,
             duration_ms=duration_ms,
             approval=_approval(inp.resolution),
+            outcome=run.outcome,
         )
         saved = await self.deps.store.save_tool_result(ref.turn_id, record, owner=turn.owner)
         async with self.deps.publisher(ref.turn_id, inp.step) as publisher:
@@ -124,6 +126,7 @@ class ToolCallActivities:
                 data = ctx_build.tool_result_part(saved).model_dump(mode="json")
                 if saved.approval is not None:
                     data["approval"] = saved.approval
+                data["outcome"] = saved.outcome or "ran"
                 await publisher.tool_result(data)
         return _outcome(saved)
 

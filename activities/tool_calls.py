@@ -19,7 +19,13 @@ from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import loopwatch
 from durable_turns.activities.lifecycle import Lifecycle
-from durable_turns.contract import TOOL_ERROR, TOOL_TIMEOUT, ToolResolution, validation_problems
+from durable_turns.contract import (
+    TOOL_ERROR,
+    TOOL_TIMEOUT,
+    ToolCallOutcome,
+    ToolResolution,
+    validation_problems,
+)
 from durable_turns.hooks.types import ToolCallContext, ToolCallDecision
 from durable_turns.models.secrets import redact
 from durable_turns.tools import Tool, ToolContext, ToolFailed, ToolRegistry
@@ -39,6 +45,8 @@ class ToolRun:
     """Blocked or substituted by ``before_tool_call``: the tool did not run."""
     pending: str | None = None
     """"client" or "approval": nothing is recorded; the turn waits for the client."""
+    outcome: ToolCallOutcome = "ran"
+    """What became of the call (stored with the result, given to ``after_tool_call``)."""
 
 
 def jsonable(value: Any) -> Any:
@@ -101,7 +109,8 @@ async def run_tool_call(
     tool = tools.get(ctx.tool_name)
     if ctx.tool_name not in available:
         names = ", ".join(sorted(available)) or "none"
-        return ToolRun(f'Unknown tool "{ctx.tool_name}". Available tools: {names}.', True)
+        text = f'Unknown tool "{ctx.tool_name}". Available tools: {names}.'
+        return ToolRun(text, True, outcome="unavailable")
     if tool is None or tool.is_client_tool:
         if resolution is None:
             return ToolRun(None, pending="client")
@@ -109,20 +118,22 @@ async def run_tool_call(
     try:
         args = tool.input_model.model_validate(ctx.input)
     except ValidationError as e:
-        return ToolRun(invalid_args(tool, e), True)
+        return ToolRun(invalid_args(tool, e), True, outcome="invalid")
     if tool.needs_approval:
         if resolution is None:
             return ToolRun(None, pending="approval")
         if not resolution.approved:
             why = f": {resolution.reason}" if resolution.reason else "."
-            return ToolRun(f'The user denied the call to "{ctx.tool_name}"{why}', True)
+            text = f'The user denied the call to "{ctx.tool_name}"{why}'
+            return ToolRun(text, True, outcome="denied")
     if run_ctx.attempt > 1 and not tool.retry_safe:
-        return ToolRun(INTERRUPTED, True)
+        return ToolRun(INTERRUPTED, True, outcome="interrupted")
     try:
         decision = await lifecycle.before_tool_call(ctx)
     except Exception as e:
         log.error("before_tool_call raised for tool %s", ctx.tool_name, exc_info=e)
-        return ToolRun(clean_text(f"before_tool_call raised {type(e).__name__}: {e}"), True)
+        text = clean_text(f"before_tool_call raised {type(e).__name__}: {e}")
+        return ToolRun(text, True, outcome="hook_error")
     if decision is not None and decision.action != "allow":
         await lifecycle.tool_call_decided(ctx, ctx.input)
         return _short_circuit(decision, ctx.tool_name)
@@ -130,9 +141,8 @@ async def run_tool_call(
         try:
             args = tool.input_model.model_validate(decision.input)
         except ValidationError as e:
-            return ToolRun(
-                "before_tool_call substituted invalid input: " + invalid_args(tool, e), True
-            )
+            text = "before_tool_call substituted invalid input: " + invalid_args(tool, e)
+            return ToolRun(text, True, outcome="invalid")
     await lifecycle.tool_call_decided(ctx, args.model_dump(mode="json"))
     return await execute(tool, args, run_ctx, on_preliminary)
 
@@ -172,8 +182,8 @@ async def execute(
 
 def _short_circuit(decision: ToolCallDecision, tool_name: str) -> ToolRun:
     if decision.action == "block":
-        return ToolRun(decision.reason or blocked_text(tool_name), blocked=True)
-    return ToolRun(jsonable(decision.output), blocked=True)
+        return ToolRun(decision.reason or blocked_text(tool_name), blocked=True, outcome="blocked")
+    return ToolRun(jsonable(decision.output), blocked=True, outcome="substituted")
 
 
 def invalid_args(tool: Tool, error: ValidationError) -> str:

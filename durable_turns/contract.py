@@ -651,6 +651,23 @@ class ToolCallInput(_Wire):
     resolution: ToolResolution | None = None
 
 
+ToolCallOutcome = Literal[
+    "ran", "blocked", "substituted", "denied", "unavailable", "invalid", "interrupted", "hook_error"
+]
+"""What became of one tool call, beside ``is_error`` (what the model is told):
+
+* ``ran``: the tool ran (or, for a client tool, the client answered), whatever it returned;
+* ``blocked``: ``before_tool_call`` returned ``block(reason)``; the reason is the output;
+* ``substituted``: ``before_tool_call`` returned ``substitute(output)``; that is the output;
+* ``denied``: the user refused a call that needed approval;
+* ``unavailable``: the model called a tool it was not offered (or that does not exist);
+* ``invalid``: the input did not validate (the model's, or the one ``before_tool_call`` gave);
+* ``interrupted``: an attempt of a tool that is not ``retry_safe`` was cut off before its
+  result was recorded, so it was not run again;
+* ``hook_error``: ``before_tool_call`` raised; the tool did not run.
+"""
+
+
 class ToolOutcome(_Wire):
     tool_call_id: str
     tool_name: str

@@ -28,7 +28,7 @@ Snapshots (Think's shapes, snake_case)::
 
     before_turn       {system, tool_names, message_count, continuation, body, model_id}
     before_tool_call  {tool_name, tool_call_id, input, step_number, dynamic}
-    after_tool_call   {... as before_tool_call, duration_ms, success, output | error}
+    after_tool_call   {... as before_tool_call, duration_ms, success, outcome, output | error}
     on_step_finish    {step_number, finish_reason, text, reasoning_text, tool_call_count,
                        tool_result_count, usage, provider_metadata}
     on_chunk          {type, text?, tool_name?, tool_call_id?}
@@ -165,6 +165,7 @@ def tool_result_snapshot(ctx: ToolCallResultContext) -> dict[str, Any]:
         "dynamic": ctx.dynamic,
         "duration_ms": ctx.duration_ms,
         "success": ctx.success,
+        "outcome": ctx.outcome,
     }
     if ctx.success:
         snap["output"] = json_safe(ctx.output)

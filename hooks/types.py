@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from durable_turns.contract import StopCondition
+from durable_turns.contract import StopCondition, ToolCallOutcome
 from durable_turns.messages import (
     Message,
     ReasoningPart,
@@ -184,6 +184,12 @@ class TurnConfig(_Config):
     truncation: TruncationConfig | None = None
     """Truncation of older messages (on by default, Think's rule): ``False``/``"off"`` or a
     ``TruncationConfig``. Not applied to a ``messages`` override."""
+    failed_turn_messages: Literal["keep", "drop", "fold"] | None = None
+    """What the turn sends of earlier user messages that got no reply (their turn failed,
+    or was cancelled, before any output was stored): ``"keep"`` (the default) sends them as
+    they are, ``"drop"`` leaves them out, ``"fold"`` sends each run of them as one user
+    message, their texts after a note that they got no reply. The transcript keeps them
+    whatever this says. Not applied to a ``messages`` override."""
 
     @model_validator(mode="before")
     @classmethod
@@ -388,10 +394,16 @@ class ToolCallResultContext:
     """Wall-clock time of the call: ``before_tool_call``'s decision and the tool's run."""
     success: bool
     """False when the tool raised, its input was invalid or the hook raised; blocked and
-    substituted calls are successes (the model received an output)."""
+    substituted calls are successes (the model received an output): ``outcome`` tells them
+    from a run."""
     output: Any = None
     error: Any = None
     """The error text the model sees (when ``success`` is False)."""
+    outcome: ToolCallOutcome = "ran"
+    """What became of the call: ``"ran"`` (the tool ran, whatever it returned),
+    ``"blocked"``, ``"substituted"`` (``before_tool_call``'s decision), ``"denied"`` (the user
+    refused an approval), ``"unavailable"``, ``"invalid"``, ``"interrupted"`` or
+    ``"hook_error"`` (``contract.ToolCallOutcome``)."""
     type: str = "tool-call"
     dynamic: bool = False
     request_id: str = ""

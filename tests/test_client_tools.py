@@ -121,3 +121,7 @@ async def test_approval_denied_never_runs_the_tool(harness: Harness) -> None:
     assert state.last_result is not None
     assert state.last_result.text == 'Result: The user denied the call to "wipe_disk": not today'
     assert harness.tool_runs() == []
+    [_, asked, *_] = await (await harness.store()).messages(conversation)
+    [part] = [p for p in asked.parts if isinstance(p, ToolResultPart)]
+    assert part.is_error  # as before; the mark tells a refusal from the tool's own error
+    assert (asked.metadata or {})["tool_outcomes"] == {call["tool_call_id"]: "denied"}

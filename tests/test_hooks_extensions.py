@@ -57,6 +57,7 @@ async def test_extensions_observe_a_turn(harness: Harness) -> None:
     [after] = ext(harness, "last", "after_tool_call")
     assert after["input"] == {"text": "model", "limit": 500}  # what the model emitted
     assert after["success"] is True and after["output"] == "noted sub (limit 5)"
+    assert after["outcome"] == "ran"  # its input replaced, the tool still ran
     assert after["duration_ms"] >= 0 and "error" not in after
 
     finished = ext(harness, "first", "on_step_finish")

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 from temporalio.exceptions import ApplicationError
 
-from durable_turns.contract import INVALID_REQUEST
+from durable_turns.contract import INVALID_REQUEST, ToolCallOutcome
 from durable_turns.messages import Message, Part, SourcePart, Usage
 
 
@@ -129,6 +129,10 @@ class ToolResultRecord(BaseModel):
     duration_ms: float = 0.0
     approval: dict[str, Any] | None = None
     """For a tool that needed approval: ``{"approved": bool, "reason": str | None}``."""
+    outcome: ToolCallOutcome | None = None
+    """What became of the call (``contract.ToolCallOutcome``): ``"ran"``, ``"blocked"``,
+    ``"substituted"``, ``"denied"``…; None on results recorded before the field existed
+    (``blocked`` then tells a blocked or substituted call from one that ran)."""
 
 
 class TurnState(BaseModel):

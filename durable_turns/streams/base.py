@@ -36,6 +36,9 @@ RESET: Final = "reset"
 STEP_START: Final = "step-start"
 STEP_FINISH: Final = "step-finish"
 TOOL_RESULT: Final = "tool-result"
+"""A call's recorded result (``data``: the ``ToolResultPart``'s fields, ``approval`` for a
+call that needed one, and ``outcome``: ``"ran"``, ``"blocked"``, ``"substituted"``,
+``"denied"``... as ``contract.ToolCallOutcome``)."""
 TOOL_WAIT: Final = "tool-wait"
 """The turn waits for the client on a call (``data``: ``tool_call_id``, ``tool_name``,
 ``waiting_for`` = ``"client"`` or ``"approval"``, ``input``); its ``tool-result`` follows

@@ -127,6 +127,7 @@ class RecordingHooks(TurnHooks):
             output=ctx.output,
             error=ctx.error,
             duration_ms=ctx.duration_ms,
+            outcome=ctx.outcome,
         )
 
     async def on_step_finish(self, ctx: StepContext) -> None:
