@@ -27,7 +27,10 @@ def free_port() -> int:
 class FrontDoor(WorkerProcess):
     """``turns serve`` on a free port, with the harness's task queue, store and streams."""
 
+    started: list[FrontDoor] = []  # noqa: RUF012 (for a failing test's report)
+
     def __init__(self, harness: Harness, **env: str) -> None:
+        FrontDoor.started = [*FrontDoor.started[-7:], self]
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         super().__init__(
@@ -63,14 +66,25 @@ async def sse_chunks(response: httpx.Response) -> list[Any]:
 async def post_chat(
     url: str, body: dict[str, Any], headers: dict[str, str] | None = None
 ) -> tuple[httpx.Response, list[Any]]:
-    async with (
-        httpx.AsyncClient(timeout=60) as http,
-        http.stream("POST", f"{url}/api/chat", json=body, headers=headers) as response,
-    ):
-        if response.status_code != 200:
-            await response.aread()
-            return response, []
-        return response, await sse_chunks(response)
+    chunks: list[Any] = []
+    try:
+        async with (
+            httpx.AsyncClient(timeout=60) as http,
+            http.stream("POST", f"{url}/api/chat", json=body, headers=headers) as response,
+        ):
+            if response.status_code != 200:
+                await response.aread()
+                return response, []
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    payload = line[len("data: ") :]
+                    chunks.append(payload if payload == "[DONE]" else json.loads(payload))
+            return response, chunks
+    except httpx.TimeoutException as e:  # say what had come, and what the door logged
+        logs = "".join(d.log_tail() for d in FrontDoor.started if d.url == url)
+        raise AssertionError(
+            f"no more of the reply for 60 s; chunks so far: {chunks[-12:]}\nfront door log:\n{logs}"
+        ) from e
 
 
 def node_available() -> bool:
