@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import inspect
 import json
 import logging
 import re
@@ -192,41 +193,19 @@ class FrontDoor:
     ) -> RequestRecord:
         """Start a request's turn (``start``: the update), unless the running reply waits
         for the browser (an approval, a client tool): a new message would then queue behind
-        a turn that waits on this very browser, so it is 409 and nothing stays queued. The
-        check runs beside the update, not before it: it costs the first token nothing."""
-        starting = asyncio.ensure_future(self._call(start))
-        try:
-            waits_on = await self._waits_on(conv, request_id)
-        except BaseException:
-            starting.cancel()
-            raise
+        a turn that waits on this very browser, so it is 409 and nothing is queued. Checked
+        before the update is sent (one query), so nothing ever has to be taken back."""
+        waits_on = await self._waits_on(conv, request_id)
         if waits_on:
-            # take our request back out of the queue, and only from there (should the wait
-            # end meanwhile and the request run, it goes on); again, should the cancel
-            # overtake the update on its way
-            for _ in range(10):
-                if starting.done():
-                    break
-                with contextlib.suppress(Exception):
-                    state = await self.client.state(conv)
-                    if any(r.request_id == request_id for r in state.queue):
-                        await self.client.cancel(conv, request_id)
-                    elif state.running and state.running.request_id == request_id:
-                        return await starting  # it runs: the wait ended meanwhile
-                with contextlib.suppress(BaseException):
-                    await asyncio.wait_for(asyncio.shield(starting), 1)
-            if starting.done() and not starting.cancelled() and starting.exception() is None:
-                record = starting.result()
-                if record.turn_number is not None:
-                    return record  # it ran after all
-            starting.cancel()
+            if inspect.iscoroutine(start):
+                start.close()
             raise BadRequest(
                 409,
                 "TurnWaiting",
                 f"the reply waits for the browser's answer ({waits_on}): answer it, or stop"
                 " the turn (POST /api/chat/{id}/stop), before sending a new message",
             )
-        return await starting
+        return await self._call(start)
 
     async def _waits_on(self, conv: str, request_id: str) -> str:
         """The tools the running turn waits on the client for (``""``: none), unless that
