@@ -109,7 +109,6 @@ ERROR_STATUS = {
 class FrontDoor:
     """What the routes share: one Temporal client, the chunk stream, the store, limits."""
 
-    settings: Settings
     authenticate: Authenticate | None
     client: TurnsClient
     streams: ChunkStreamBackend
@@ -353,14 +352,7 @@ class FrontDoor:
         while turn is not None:
             events = await self.streams.read(turn_id(conv, turn), -1)
             out += [(turn, e) for e in protocol.replayable(events)]
-            turn = next(
-                (
-                    e.data.get("continued_by_turn")
-                    for e in events
-                    if e.type == TURN_FINISH and isinstance(e.data.get("continued_by_turn"), int)
-                ),
-                None,
-            )
+            turn = next((_next_turn(e) for e in events if e.type == TURN_FINISH), None)
         return out
 
     async def events(self, conv: str, head: int) -> AsyncIterator[tuple[int, StreamEvent]]:
@@ -576,7 +568,6 @@ def create_app(
                     store = open_store(settings.resolved_store_url)
                     await store.open()
                     door["it"] = FrontDoor(
-                        settings=settings,
                         authenticate=authenticate,
                         client=turns,
                         streams=streams,

@@ -36,6 +36,7 @@ from durable_turns.streams import (
     TOOL_WAIT,
     TURN_FINISH,
     StreamEvent,
+    live_events,
 )
 from durable_turns.streams.base import ATTEMPTED
 
@@ -348,8 +349,6 @@ def part_id(kind: str, turn: int, step: int, rank: int) -> str:
 def replayable(events: Sequence[StreamEvent]) -> list[StreamEvent]:
     """Events already in a stream, without what a later ``reset`` discarded (and without the
     resets): a replay then carries only the attempts that count."""
-    from durable_turns.streams import live_events
-
     return live_events(events)
 
 
