@@ -11,7 +11,7 @@ from typing import Any
 
 from durable_turns.activities.begin import BeginActivities
 from durable_turns.activities.compact import CompactActivities
-from durable_turns.activities.conversation import ConversationActivities
+from durable_turns.activities.conversation import ConversationActivities, intake_pause
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.finish import FinishActivities
 from durable_turns.activities.model_step import ModelStepActivities
@@ -25,6 +25,7 @@ def all_activities(deps: ActivityDeps) -> list[Callable[..., Any]]:
     finish = FinishActivities(deps)
     return [
         ConversationActivities(deps).open_conversation,
+        intake_pause,
         BeginActivities(deps).begin_turn,
         ModelStepActivities(deps).model_step,
         ToolCallActivities(deps).tool_call,

@@ -138,6 +138,9 @@ class Settings:
     http_max_streams_per_principal: int = 256
     """TURNS_HTTP_MAX_STREAMS_PER_PRINCIPAL: one principal's share of them (with
     authentication); past it, 503."""
+    slow_activation_ms: int = 500
+    """TURNS_SLOW_ACTIVATION_MS: a workflow activation that runs longer is logged (a warning
+    with the workflow and its jobs): Temporal fails a task whose activation passes 2 s."""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -177,6 +180,7 @@ class Settings:
             http_max_streams_per_principal=int(
                 _env("TURNS_HTTP_MAX_STREAMS_PER_PRINCIPAL", "256") or 256
             ),
+            slow_activation_ms=int(_env("TURNS_SLOW_ACTIVATION_MS", "500") or 0),
         )
 
     def __post_init__(self) -> None:

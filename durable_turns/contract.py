@@ -53,6 +53,9 @@ COMPACT = "compact"
 FINISH_TURN = "finish_turn"
 FAIL_TURN = "fail_turn"
 CHAT_RESPONSE = "chat_response"
+INTAKE_PAUSE = "intake_pause"
+"""A local activity that does nothing: the inbox schedules it to end one workflow activation
+between two rounds of parsing signals (a timer would wait the server's timer tick, ~1 s)."""
 
 DEFAULT_MAX_STEPS = 10
 DEFAULT_MODEL = "demo:weather"
@@ -300,8 +303,9 @@ class SubmitMessages(_Wire):
     """``submitMessages`` signal / ``sendMessage`` / ``startTurn`` update: new messages that
     start a turn, or (``regenerate``) a turn that answers an earlier user message again."""
 
-    messages: list[Message] = Field(default_factory=list)
-    """At least one, unless ``regenerate`` is set; then none."""
+    messages: list[Message] = Field(default_factory=list, fail_fast=True)
+    """At least one, unless ``regenerate`` is set; then none. Validation stops at the first
+    invalid message (the rejection names it), so a rejection costs what one message does."""
     regenerate: str | None = None
     """Regenerate a reply instead of sending messages: the stored id of an assistant message
     (``<conversation id>/turn-<n>/assistant``) or ``"last"`` (the reply the transcript ends

@@ -336,7 +336,9 @@ async def running_worker(
         workflows=WORKFLOWS,
         activities=all_activities(deps),
         workflow_runner=sandbox_runner(
-            (w.__module__ for w in WORKFLOWS), await blob_size_limit(client, settings.namespace)
+            (w.__module__ for w in WORKFLOWS),
+            await blob_size_limit(client, settings.namespace),
+            slow_activation_s=settings.slow_activation_ms / 1000,
         ),
         max_concurrent_activities=200,
         # A killed worker's cached workflows wait this long on its sticky queue before

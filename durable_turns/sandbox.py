@@ -20,6 +20,10 @@ here keep what the sandbox costs per turn small without loosening it:
   time: ~150 µs of worker CPU a call here, about ten calls per 1-step turn. The runner hands
   it each snippet compiled once per process instead; what runs is the same code.
 
+Every activation is timed, and one that runs longer than ``slow_activation_s`` is logged with
+its workflow and jobs: Temporal's deadlock detector fails a task whose activation passes 2 s,
+so this is the early warning (and what ``bench.intake`` reads).
+
 The runner relies on private details of temporalio's sandbox (its per-run instance class, the
 name under which that keeps the sandboxed workflow, and ``_run_code``, which ``exec``s what it
 is given); where a release changes them, each question goes the stock way again: the same
@@ -30,8 +34,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import logging
 import os
 import py_compile
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from types import CodeType
@@ -54,6 +60,30 @@ PASSTHROUGH = [
     "durable_turns.workflows.options",
     "durable_turns.workflows.intake",
 ]
+
+log = logging.getLogger("durable_turns.sandbox")
+
+SLOW_ACTIVATION_S = 0.5
+"""The default of ``slow_activation_s``: a quarter of the deadlock detector's 2 s."""
+
+
+def _timed_activation(
+    activate: Any, act: WorkflowActivation, label: str, slow_s: float
+) -> WorkflowActivationCompletion:
+    started = time.perf_counter()
+    completion: WorkflowActivationCompletion = activate(act)
+    took = time.perf_counter() - started
+    if took >= slow_s:
+        log.warning(
+            "slow activation: %.1f ms (%s, run %s, %d jobs; the deadlock detector fails a task"
+            " at 2000 ms)",
+            took * 1000,
+            label,
+            act.run_id,
+            len(act.jobs),
+        )
+    return completion
+
 
 _IN_SANDBOX = "__temporal_in_sandbox"
 """Where temporalio's sandbox keeps the sandboxed instance (``_runner._Instance``)."""
@@ -92,11 +122,12 @@ if _StockInstance is not None:
         its snippets compiled once; updates too large to answer never reach it."""
 
         update_limit: int = answerable_bytes(None)
+        slow_s: float = SLOW_ACTIVATION_S
+        label: str = ""
 
         def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
             drop_unanswerable_updates(act, self.update_limit)
-            completion: WorkflowActivationCompletion = super().activate(act)
-            return completion
+            return _timed_activation(super().activate, act, self.label, self.slow_s)
 
         def _run_code(self, code: Any, **extra_globals: Any) -> None:
             # typed str, but it only passes ``code`` to exec, which takes a code object too
@@ -123,13 +154,17 @@ class _Guarded(WorkflowInstance):
     """Any other instance, with the updates too large to answer taken out of its activations
     (the stock sandbox's, should a temporalio release lack the class the lean one extends)."""
 
-    def __init__(self, inner: WorkflowInstance, update_limit: int) -> None:
+    def __init__(
+        self, inner: WorkflowInstance, update_limit: int, label: str, slow_s: float
+    ) -> None:
         self._inner = inner
         self._update_limit = update_limit
+        self._label = label
+        self._slow_s = slow_s
 
     def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
         drop_unanswerable_updates(act, self._update_limit)
-        return self._inner.activate(act)
+        return _timed_activation(self._inner.activate, act, self._label, self._slow_s)
 
     def get_serialization_context(self, command_info: Any) -> SerializationContext | None:
         return self._inner.get_serialization_context(command_info)
@@ -154,24 +189,35 @@ class LeanSandboxedWorkflowRunner(SandboxedWorkflowRunner):
     ``update_limit`` bytes, from the namespace's blob size limit)."""
 
     update_limit: int = field(default_factory=lambda: answerable_bytes(None))
+    slow_activation_s: float = SLOW_ACTIVATION_S
 
     def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        label = f"{det.info.workflow_type} {det.info.workflow_id}"
         if _StockInstance is None:  # pragma: no cover
-            return _Guarded(super().create_instance(det), self.update_limit)
+            return _Guarded(
+                super().create_instance(det), self.update_limit, label, self.slow_activation_s
+            )
         instance = _LeanInstance(det, self.runner_class, self.restrictions)
         instance.update_limit = self.update_limit
+        instance.slow_s = self.slow_activation_s
+        instance.label = label
         return instance
 
 
 def sandbox_runner(
-    workflow_modules: Iterable[str] = (), blob_limit: int | None = None
+    workflow_modules: Iterable[str] = (),
+    blob_limit: int | None = None,
+    slow_activation_s: float = SLOW_ACTIVATION_S,
 ) -> SandboxedWorkflowRunner:
     """The runner the worker (and the replayer) use; compiles ``workflow_modules`` first.
-    ``blob_limit``: the namespace's blob size limit (None: Temporal's default, 2 MiB)."""
+    ``blob_limit``: the namespace's blob size limit (None: Temporal's default, 2 MiB);
+    ``slow_activation_s``: activations that run longer are logged."""
     precompile_workflow_modules(workflow_modules)
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
     return LeanSandboxedWorkflowRunner(
-        restrictions=restrictions, update_limit=answerable_bytes(blob_limit)
+        restrictions=restrictions,
+        update_limit=answerable_bytes(blob_limit),
+        slow_activation_s=slow_activation_s,
     )
 
 

@@ -72,7 +72,7 @@ with workflow.unsafe.imports_passed_through():
         validation_problems,
     )
     from durable_turns.workflows import options
-    from durable_turns.workflows.intake import ABSENT, Rejected, decode, payload_size
+    from durable_turns.workflows.intake import ABSENT, Inbox, Rejected, decode, payload_size
 
 RECENT = 50
 """How many finished requests ``state`` remembers (and carries over continue-as-new)."""
@@ -100,6 +100,10 @@ runs recorded before sized them as they came (and a continuation inheriting a bo
 
 PATCH_FORWARD_ONE_AT_A_TIME = "conversation-forward-tool-results-one-at-a-time"
 """Tool results reach the turn one signal per workflow task (before: one each, all at once)."""
+
+PATCH_INBOX = "conversation-signals-through-inbox"
+"""Signals are put in the inbox as they come and parsed a bounded amount per workflow task
+(``workflows.intake.Inbox``); runs recorded before parsed each in its handler."""
 
 
 def _failure(rejected: Rejected) -> ApplicationError:
@@ -151,6 +155,8 @@ class ConversationWorkflow:
         """Tool results for the running turn, waiting to be forwarded, with their sizes."""
         self._tool_result_bytes = 0
         self._forwarder: asyncio.Task[None] | None = None
+        self._inbox = Inbox()
+        self._intake: asyncio.Task[None] | None = None
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -390,6 +396,47 @@ class ConversationWorkflow:
     @workflow.signal(name=SIGNAL_SUBMIT)
     def submit_messages(self, raw: RawValue = ABSENT) -> None:
         """New messages; a malformed request is recorded as rejected, never dropped silently."""
+        self._receive(SIGNAL_SUBMIT, raw)
+
+    def _receive(self, kind: str, raw: RawValue) -> None:
+        """A signal as it arrives: into the inbox (O(1), nothing parsed), or, in runs recorded
+        before the inbox, taken at once."""
+        if not workflow.patched(PATCH_INBOX):
+            self._take(kind, raw)
+            return
+        limit, what = (
+            (MAX_TOOL_RESULT_BYTES, "tool result")
+            if kind == SIGNAL_TOOL_RESULT
+            else (MAX_REQUEST_BYTES, "request")
+        )
+        try:
+            self._inbox.offer(kind, raw, limit, what)
+        except Rejected as e:
+            self._reject(None, e.type, e.message)
+            return
+        if self._intake is None:
+            self._intake = asyncio.create_task(self._drain_inbox())
+            self._responses.add(self._intake)
+            self._intake.add_done_callback(self._responses.discard)
+
+    async def _drain_inbox(self) -> None:
+        try:
+            await self._inbox.drain(self._take)
+        finally:
+            self._intake = None
+
+    def _take(self, kind: str, raw: RawValue) -> None:
+        """Parse and act on one signal (what its handler did before the inbox)."""
+        if kind == SIGNAL_SUBMIT:
+            self._take_submit(raw)
+        elif kind == SIGNAL_CONTINUE:
+            self._take_continue(raw)
+        elif kind == SIGNAL_CANCEL:
+            self._take_cancel(raw)
+        else:
+            self._take_tool_result(raw)
+
+    def _take_submit(self, raw: RawValue) -> None:
         value: Any = None
         try:
             value = decode(raw, MAX_REQUEST_BYTES)
@@ -404,7 +451,7 @@ class ConversationWorkflow:
         Retried with a request id it knows, it waits for (or returns) that request's result;
         a result no longer held is a ``RequestExpired`` error, never a wait without end.
         """
-        request_id = self._admit(raw)
+        request_id = await self._admit(raw)
         known = self._records[request_id]
         if request_id not in self._results and known.status not in ("queued", "running"):
             raise ApplicationError(
@@ -425,7 +472,7 @@ class ConversationWorkflow:
         workflow id, so a client follows the turn's live stream and waits for its result
         without polling. A request that ends without a turn (cancelled) comes back with
         its final status; retried with a known request id, it answers for that request."""
-        request_id = self._admit(raw)
+        request_id = await self._admit(raw)
         record = self._records[request_id]
         await workflow.wait_condition(
             lambda: (
@@ -438,8 +485,12 @@ class ConversationWorkflow:
             raise _handed_over(request_id)
         return record.model_copy()
 
-    def _admit(self, raw: RawValue) -> str:
-        """Queue a request (or find the one its request id names); its request id."""
+    async def _admit(self, raw: RawValue) -> str:
+        """Queue a request (or find the one its request id names), after the signals that
+        came before it; its request id."""
+        if self._inbox.taken < self._inbox.received:  # only ever with PATCH_INBOX
+            ticket = self._inbox.received
+            await workflow.wait_condition(lambda: self._inbox.taken >= ticket)
         try:
             request = self._parse_submit(decode(raw, MAX_REQUEST_BYTES))
             request_id = request.request_id or ""
@@ -473,6 +524,9 @@ class ConversationWorkflow:
 
         The continuation runs with the last request's model, and its body unless one is given.
         """
+        self._receive(SIGNAL_CONTINUE, raw)
+
+    def _take_continue(self, raw: RawValue) -> None:
         value: Any = None
         try:
             value = decode(raw, MAX_REQUEST_BYTES)
@@ -502,6 +556,9 @@ class ConversationWorkflow:
     @workflow.signal(name=SIGNAL_CANCEL)
     def cancel_chat(self, raw: RawValue = ABSENT) -> None:
         """Cancel a queued request (it never runs) or the running turn (it ends "aborted")."""
+        self._receive(SIGNAL_CANCEL, raw)
+
+    def _take_cancel(self, raw: RawValue) -> None:
         value: Any = None
         try:
             value = decode(raw, MAX_REQUEST_BYTES)
@@ -544,6 +601,10 @@ class ConversationWorkflow:
         Forwarded one signal per workflow task: each is up to MAX_TOOL_RESULT_BYTES, and a
         burst forwarded at once (one command each, in one task's completion) went past gRPC's
         4 MiB message limit, and Temporal terminates a workflow whose task cannot be sent."""
+        if workflow.patched(PATCH_INBOX):
+            self._receive(SIGNAL_TOOL_RESULT, raw)
+            return
+        # as runs recorded before the inbox did it, in this order
         try:
             value = decode(raw, MAX_TOOL_RESULT_BYTES, "tool result")
         except Rejected as e:
@@ -555,6 +616,20 @@ class ConversationWorkflow:
         if not workflow.patched(PATCH_FORWARD_ONE_AT_A_TIME):
             await self._running_turn.signal(TURN_SIGNAL_TOOL_RESULT, value)
             return
+        self._queue_tool_result(value)
+
+    def _take_tool_result(self, raw: RawValue) -> None:
+        try:
+            value = decode(raw, MAX_TOOL_RESULT_BYTES, "tool result")
+        except Rejected as e:
+            self._reject(None, e.type, e.message)
+            return
+        if self._running_turn is None:
+            self._reject(value, INVALID_REQUEST, "no turn is running, so no tool call is waiting")
+            return
+        self._queue_tool_result(value)
+
+    def _queue_tool_result(self, value: Any) -> None:
         size = len(to_json(value))  # as it will be forwarded (re-encoding can grow it)
         if size > MAX_TOOL_RESULT_BYTES:
             self._reject(

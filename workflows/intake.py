@@ -1,5 +1,13 @@
 """Turning a raw signal or update payload into a value, cheaply, or into a typed rejection.
 
+Signals are not parsed where they arrive: a burst of them is delivered in one workflow
+activation, and Temporal fails a task whose activation runs past its 2 s deadlock detector
+(then every later request is refused while the task retries). A signal handler only puts
+the payload in the :class:`Inbox` (constant work: its size is checked, nothing is read);
+the inbox is drained beside the workflow's loop, a bounded amount of parsing per activation
+(:data:`INTAKE_BYTES_PER_TASK`), so the worst burst costs many short activations instead of
+one that fails.
+
 Signal and update handlers take ``temporalio.common.RawValue``: the SDK then hands over the
 payload as it came, instead of decoding it first and silently dropping whatever fails to
 decode (non-JSON, invalid UTF-8, lone surrogates, nesting past the parser's limit, a payload
@@ -10,6 +18,9 @@ from the contract and a short message that never echoes the request back.
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -18,7 +29,13 @@ from temporalio.api.common.v1 import Payload
 from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
-    from durable_turns.contract import INVALID_PAYLOAD, REQUEST_TOO_LARGE, UNDECRYPTABLE_ENCODING
+    from durable_turns.contract import (
+        INTAKE_PAUSE,
+        INVALID_PAYLOAD,
+        QUEUE_FULL,
+        REQUEST_TOO_LARGE,
+        UNDECRYPTABLE_ENCODING,
+    )
 
 ABSENT = RawValue(Payload())
 """The default of a raw handler argument: the signal or update came with no argument."""
@@ -74,3 +91,80 @@ def _problem(error: Exception) -> str:
     else:
         text = str(error).splitlines()[0] if str(error) else type(error).__name__
     return text[:200] or type(error).__name__
+
+
+MAX_INBOX_REQUESTS = 10_000
+"""Signals waiting to be parsed; past it (or :data:`MAX_INBOX_BYTES`), a signal is rejected
+(``QueueFull``) unread. A burst this large is taken in about a hundred workflow tasks."""
+
+MAX_INBOX_BYTES = 16 * 1024 * 1024
+"""Encoded bytes of the signals waiting to be parsed (they are in the history already)."""
+
+INTAKE_BYTES_PER_TASK = 512 * 1024
+"""How much the inbox parses in one activation before it lets the activation end: about 30 ms of
+parsing and validation at the worst (two full-size requests of many messages), far under the
+deadlock detector's 2 s on a loaded machine."""
+
+INTAKE_MIN_COST = 4 * 1024
+"""Each signal counts as at least this many bytes, so an activation parses at most
+``INTAKE_BYTES_PER_TASK / INTAKE_MIN_COST`` (128) signals, however small."""
+
+PAUSE_TIMEOUT = timedelta(seconds=10)
+
+
+class Inbox:
+    """Signals received and not yet parsed, in order: ``offer`` is O(1), ``drain`` parses them
+    at a bounded rate."""
+
+    def __init__(self) -> None:
+        self._items: deque[tuple[str, RawValue]] = deque()
+        self._bytes = 0
+        self.received = 0
+        """Signals ever put in (a ticket: an update waits until ``taken`` reaches it)."""
+        self.taken = 0
+        """Signals ever parsed (or rejected)."""
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def offer(self, kind: str, raw: RawValue, limit: int, what: str = "request") -> None:
+        """Keep the signal ``kind``'s ``raw`` for later; raises :class:`Rejected` (unread)
+        when it is over ``limit`` bytes or the inbox is full."""
+        size = len(raw.payload.data)
+        if size > limit:
+            raise Rejected(
+                REQUEST_TOO_LARGE,
+                f"{what} is {size} bytes; the limit is {limit} bytes."
+                " Send large content by reference (a URL or a file id).",
+            )
+        if len(self._items) >= MAX_INBOX_REQUESTS or self._bytes + size > MAX_INBOX_BYTES:
+            raise Rejected(
+                QUEUE_FULL,
+                f"{len(self._items)} signals ({self._bytes} bytes) are waiting to be read"
+                f" (limits {MAX_INBOX_REQUESTS}, {MAX_INBOX_BYTES} bytes): retry in a moment",
+            )
+        self._items.append((kind, raw))
+        self._bytes += size
+        self.received += 1
+
+    async def drain(self, take: Callable[[str, RawValue], None]) -> None:
+        """Hand every waiting signal to ``take``, in order, :data:`INTAKE_BYTES_PER_TASK` per
+        activation; returns when the inbox is empty. Between two rounds, the no-op local
+        activity ``intake_pause`` ends the activation (the SDK runs all that is ready in one;
+        a local activity's result comes back in the next, within the same workflow task, with
+        no round trip to the server; one marker in the history per round)."""
+        while self._items:
+            budget = INTAKE_BYTES_PER_TASK
+            while self._items and budget > 0:
+                kind, raw = self._items.popleft()
+                size = len(raw.payload.data)
+                self._bytes -= size
+                budget -= max(size, INTAKE_MIN_COST)
+                try:
+                    take(kind, raw)
+                finally:
+                    self.taken += 1
+            if self._items:
+                await workflow.execute_local_activity(
+                    INTAKE_PAUSE, start_to_close_timeout=PAUSE_TIMEOUT, summary="intake pause"
+                )

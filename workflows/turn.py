@@ -62,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_turns.messages import Usage
     from durable_turns.workflows import options
-    from durable_turns.workflows.intake import ABSENT, Rejected, decode
+    from durable_turns.workflows.intake import ABSENT, Inbox, Rejected, decode
 
 
 T = TypeVar("T")
@@ -83,6 +83,8 @@ class TurnWorkflow:
         self._held_bytes = 0
         """Resolutions held for calls the turn is not (yet) waiting on."""
         self._rejected: list[str] = []
+        self._inbox = Inbox()
+        self._intake: asyncio.Task[None] | None = None
         self._awaited_client = False
         self._completed = 0
         """Model steps of the current run that the history says completed."""
@@ -107,7 +109,29 @@ class TurnWorkflow:
 
     @workflow.signal(name=TURN_SIGNAL_TOOL_RESULT)
     def tool_result(self, raw: RawValue = ABSENT) -> None:
-        """A client tool's result or an approval (one object or a list); bad input is noted."""
+        """A client tool's result or an approval (one object or a list); bad input is noted.
+
+        Kept as it came and read a bounded amount per workflow task (``intake.Inbox``): a
+        burst of large lists of results costs many short tasks, not one past the detector."""
+        if not workflow.patched(PATCH_TOOL_RESULT_INBOX):
+            self._take_tool_result(TURN_SIGNAL_TOOL_RESULT, raw)
+            return
+        try:
+            self._inbox.offer(TURN_SIGNAL_TOOL_RESULT, raw, MAX_TOOL_RESULT_BYTES, "tool result")
+        except Rejected as e:
+            self._rejected.append(f"{e.type}: {e.message}")
+            del self._rejected[:-10]
+            return
+        if self._intake is None:
+            self._intake = asyncio.create_task(self._drain_inbox())
+
+    async def _drain_inbox(self) -> None:
+        try:
+            await self._inbox.drain(self._take_tool_result)
+        finally:
+            self._intake = None
+
+    def _take_tool_result(self, _kind: str, raw: RawValue) -> None:
         try:
             value = decode(raw, MAX_TOOL_RESULT_BYTES, "tool result")
         except Rejected as e:
@@ -491,6 +515,10 @@ MAX_ANSWERS_PER_TASK_BYTES = 1024 * 1024
 MAX_HELD_RESOLUTION_BYTES = 1024 * 1024
 """Results a turn holds for calls it is not waiting on (they may arrive before the step that
 asks for them ends); past it, noted in ``rejected_tool_results`` and dropped."""
+
+PATCH_TOOL_RESULT_INBOX = "turn-tool-results-through-inbox"
+"""``toolResult`` signals are kept as they come and read a bounded amount per workflow task;
+runs recorded before read each in its handler."""
 
 PATCH_ANSWERS_IN_BATCHES = "turn-client-answers-in-batches"
 """Client answers go to their activities in bounded batches, and results held for calls the turn
