@@ -583,7 +583,7 @@ class McpConnection:
         except _SessionLost as e:
             if not (e.unprocessed or retry_safe):
                 raise McpServerUnavailable(str(e)) from None
-            log.info("MCP server %s: %s; calling again on a new session", self.config.name, e)
+            log.info("%s; calling again on a new session", e)
         try:
             return await self._call(await self._connect(), name, arguments, ctx)
         except _SessionLost as e:
