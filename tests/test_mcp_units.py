@@ -220,3 +220,22 @@ async def test_the_test_servers_tools_get_the_policy_of_their_annotations() -> N
         assert of("slow") == (True, False), "the per-tool override"
     finally:
         await pool.aclose()
+
+
+async def test_two_sessions_render_the_same_tool_list() -> None:
+    """What the prompt cache needs: a new session (another worker, a restart) offers the
+    model the same tools, in the same order, with the same schema text."""
+    rendered = []
+    for _ in range(2):
+        registry = ToolRegistry()
+        config = McpServerConfig(name="t", command=sys.executable, args=(str(SERVER),))
+        pool = McpPool([config], registry)
+        await pool.start()
+        try:
+            specs = [registry.get(n).spec for n in registry.names()]  # type: ignore[union-attr]
+            rendered.append(json.dumps([s.model_dump(mode="json") for s in specs]))
+        finally:
+            await pool.aclose()
+    assert rendered[0] == rendered[1]
+    add = json.loads(rendered[0])[0]
+    assert add["name"] == "mcp__t__add" and list(add["input_schema"]) == sorted(add["input_schema"])
