@@ -8,8 +8,16 @@ their timeout, with the tool call id as an idempotency key (sent in the request'
 
 One session per server and worker process: the tool list is fetched when it connects and on
 ``notifications/tools/list_changed``; a stdio server that died is started again, and an HTTP
-server that dropped is reconnected, on the next call. A server that cannot be reached makes
-its tools fail with ``McpServerUnavailable``, an error result the model sees.
+server that dropped (or no longer knows the session) is reconnected, on the next call. A
+server that cannot be reached makes its tools fail with ``McpServerUnavailable``, and one
+that breaks the protocol (a line that is no JSON-RPC message, an answer to a request never
+sent, a result that is no tool result) with ``McpProtocolError``: error results the model
+sees, never the worker's end. A cancelled call is cancelled at the server too (the SDK sends
+``notifications/cancelled``).
+
+The annotations set each tool's defaults, read with the MCP spec's defaults: retry-safe when
+``readOnlyHint`` or ``idempotentHint``; waits for approval unless ``readOnlyHint`` or
+``destructiveHint: false`` (``approval`` and per-tool ``tools`` in the config change that).
 """
 
 from __future__ import annotations
@@ -598,10 +606,12 @@ class McpConnection:
 
         server = self.config.name
         meta = {META_CALL_ID: ctx.tool_call_id, META_ATTEMPT: ctx.attempt}
+        # The tool's timeout_s (the activity's) ends a call first, as the ToolTimeout every
+        # tool gets; the SDK's own read timeout only backs it up.
         live.calls += 1
         request = asyncio.ensure_future(
             live.session.call_tool(
-                name, arguments, read_timeout_seconds=self.config.timeout_s, meta=meta
+                name, arguments, read_timeout_seconds=self.config.timeout_s + 5, meta=meta
             )
         )
         fault = asyncio.ensure_future(live.fault.wait())

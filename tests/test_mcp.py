@@ -51,6 +51,17 @@ def _reap(pids: set[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(ChildProcessError):  # a child of ours: reap it first
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    return True
+
+
 def start(harness: Harness, **env: str) -> None:
     harness.start_worker(MCP_TEST_LOG=str(harness.tmp / "mcp.jsonl"), **env)
 
@@ -143,6 +154,10 @@ async def test_a_hanging_server_is_bounded_by_the_tool_timeout(harness: Harness)
     assert hung.is_error
     assert hung.output == 'ToolTimeout: tool "mcp__t__slow" did not finish within 2s.'
     assert echoed.output == "echo: still here"
+    [call] = [r for r in mcp_log(harness) if r["tool"] == "slow"]
+    told = [r for r in mcp_log(harness) if r["tool"] == "notifications/cancelled"]
+    assert [r["request"] for r in told] == [call["request"]], "the server was told to stop"
+    assert "slow ended" not in [r["tool"] for r in mcp_log(harness)]
 
 
 async def test_a_10_mb_result_is_tool_output_too_large(harness: Harness) -> None:
@@ -360,5 +375,8 @@ async def test_worker_killed_mid_call_reruns_only_retry_safe_tools(harness: Harn
         assert reads[0]["pid"] != reads[1]["pid"], "in the second worker's server"
         assert [r["tool"] for r in log].count("slow") == 1, "the unsafe tool did not run again"
         assert second.proc.poll() is None
+        # the dead worker's server read the end of its stdin and went too
+        orphan = reads[0]["pid"]
+        await wait_until(lambda: not _alive(orphan), within=20)
     finally:
         _reap(log_pids(harness))
