@@ -23,6 +23,7 @@ The annotations set each tool's defaults, read with the MCP spec's defaults: ret
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import hashlib
@@ -371,6 +372,8 @@ class _Live:
         self.unanswered: set[str] = set()
         """Ids of requests sent and not answered yet (a late answer to an abandoned one is
         still an answer)."""
+        self.answered: collections.deque[str] = collections.deque(maxlen=1024)
+        """The last ids answered: an answer again (a replayed stream) is no fault."""
         self.calls = 0
         """Tool calls running on this session now."""
         self.fault = asyncio.Event()
@@ -535,6 +538,9 @@ class McpConnection:
             key = str(message.id)
             if key in live.unanswered:
                 live.unanswered.discard(key)
+                live.answered.append(key)
+            elif key in live.answered:
+                log.info("MCP server %s answered request %s again", self.config.name, key)
             else:
                 self._broken(live, f"answered a request that was never sent (id {message.id!r})")
 

@@ -239,3 +239,24 @@ async def test_two_sessions_render_the_same_tool_list() -> None:
     assert rendered[0] == rendered[1]
     add = json.loads(rendered[0])[0]
     assert add["name"] == "mcp__t__add" and list(add["input_schema"]) == sorted(add["input_schema"])
+
+
+async def test_an_answer_again_is_no_fault_an_answer_to_nothing_is() -> None:
+    from mcp.shared.message import SessionMessage
+    from mcp.types import JSONRPCRequest, JSONRPCResponse
+
+    from durable_turns.mcp import McpConnection, _Live, _outbound
+
+    conn = McpConnection(McpServerConfig(name="t", command="srv"), lambda c: None)
+    live = _Live()
+    live.calls = 1  # a call is running
+    _outbound(live, SessionMessage(JSONRPCRequest(jsonrpc="2.0", id=7, method="tools/call")))
+
+    def answer(id: int) -> SessionMessage:
+        return SessionMessage(JSONRPCResponse(jsonrpc="2.0", id=id, result={}))
+
+    conn._inbound(live, answer(7))
+    conn._inbound(live, answer(7))  # the same answer again (a replayed SSE stream)
+    assert not live.fault.is_set()
+    conn._inbound(live, answer(8))
+    assert live.fault.is_set() and "never sent (id 8)" in live.fault_text
