@@ -8,13 +8,22 @@ their timeout, with the tool call id as an idempotency key (sent in the request'
 
 One session per server and worker process: the tool list is fetched when it connects and on
 ``notifications/tools/list_changed``; a stdio server that died is started again, and an HTTP
-server that dropped is reconnected, on the next call. A server that cannot be reached makes
-its tools fail with ``McpServerUnavailable``, an error result the model sees.
+server that dropped (or no longer knows the session) is reconnected, on the next call. A
+server that cannot be reached makes its tools fail with ``McpServerUnavailable``, and one
+that breaks the protocol (a line that is no JSON-RPC message, an answer to a request never
+sent, a result that is no tool result) with ``McpProtocolError``: error results the model
+sees, never the worker's end. A cancelled call is cancelled at the server too (the SDK sends
+``notifications/cancelled``).
+
+The annotations set each tool's defaults, read with the MCP spec's defaults: retry-safe when
+``readOnlyHint`` or ``idempotentHint``; waits for approval unless ``readOnlyHint`` or
+``destructiveHint: false`` (``approval`` and per-tool ``tools`` in the config change that).
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import hashlib
@@ -48,7 +57,17 @@ _SERVER_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_))*$")
 _NOT_ALLOWED = re.compile(r"[^A-Za-z0-9_-]")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
-Approval = Literal["destructive", "always", "never"]
+Approval = Literal["destructive", "explicit", "always", "never"]
+APPROVALS = ("destructive", "explicit", "always", "never")
+
+
+@dataclass(frozen=True)
+class ToolOverride:
+    """One tool's settings in a server's ``tools`` (by the server's name for it), over the
+    server's ``approval`` and ``retry_safe`` and the tool's annotations."""
+
+    approval: bool | None = None
+    retry_safe: bool | None = None
 
 
 class McpServerUnavailable(Exception):
@@ -56,7 +75,12 @@ class McpServerUnavailable(Exception):
 
 
 class McpError(Exception):
-    """The server answered the call with a protocol error."""
+    """The server answered the call with a JSON-RPC error."""
+
+
+class McpProtocolError(Exception):
+    """The server broke the protocol during the call: a line on stdout that is no JSON-RPC
+    message, an answer to a request never sent, or a result that is not a tool result."""
 
 
 def tool_name(server: str, tool: str) -> str:
@@ -87,10 +111,15 @@ class McpServerConfig:
     """Each call's limit (the tools' ``timeout_s``)."""
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
     approval: Approval = "destructive"
-    """Which tools need the user's approval: ``destructiveHint`` ones, all, or none."""
+    """Which tools need the user's approval: ``destructive``, those the annotations do not
+    say are harmless (the MCP spec's defaults: a tool is destructive unless it says
+    ``readOnlyHint: true`` or ``destructiveHint: false``); ``explicit``, only those that say
+    ``destructiveHint: true``; ``always``; ``never``."""
     retry_safe: bool | None = None
     """None: from the annotations (``readOnlyHint`` or ``idempotentHint``)."""
     retries: int = 0
+    tools: dict[str, ToolOverride] = field(default_factory=dict)
+    """Per tool (the server's name for it): ``approval`` and ``retry_safe`` overrides."""
 
     def __post_init__(self) -> None:
         if not _SERVER_NAME.match(self.name):
@@ -103,10 +132,8 @@ class McpServerConfig:
             raise ValueError(f"MCP server {self.name!r}: the url must be http:// or https://")
         if self.timeout_s <= 0 or self.connect_timeout_s <= 0:
             raise ValueError(f"MCP server {self.name!r}: timeouts must be positive")
-        if self.approval not in ("destructive", "always", "never"):
-            raise ValueError(
-                f"MCP server {self.name!r}: approval is 'destructive', 'always' or 'never'"
-            )
+        if self.approval not in APPROVALS:
+            raise ValueError(f"MCP server {self.name!r}: approval is one of {', '.join(APPROVALS)}")
         if not 0 <= self.retries <= 2:
             raise ValueError(f"MCP server {self.name!r}: retries is 0, 1 or 2")
 
@@ -174,14 +201,35 @@ _FILE_KEYS = {
     "approval",
     "retry_safe",
     "retries",
+    "tools",
     "type",
 }
+_TOOL_KEYS = {"approval", "retry_safe"}
+
+
+def _overrides(path: str | Path, name: str, raw: Any) -> dict[str, ToolOverride]:
+    """A server's ``tools``: ``{TOOL: {"approval": bool, "retry_safe": bool}}``."""
+    where = f"MCP config {path}: server {name!r}"
+    if not isinstance(raw, dict):
+        raise ValueError(f"{where}: tools is an object of tool names")
+    out = {}
+    for tool, entry in raw.items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where}: tools[{tool!r}] is not an object")
+        unknown = sorted(set(entry) - _TOOL_KEYS)
+        if unknown:
+            raise ValueError(f"{where}: tools[{tool!r}] has unknown keys {unknown}")
+        for key, value in entry.items():
+            if not isinstance(value, bool):
+                raise ValueError(f"{where}: tools[{tool!r}].{key} is true or false")
+        out[str(tool)] = ToolOverride(entry.get("approval"), entry.get("retry_safe"))
+    return out
 
 
 def load_config_file(path: str | Path) -> list[McpServerConfig]:
     """``{"mcpServers": {NAME: {"command", "args", "env", "cwd"} | {"url", "headers"}}}``,
     each with optional ``timeout_s``, ``connect_timeout_s``, ``approval``, ``retry_safe``,
-    ``retries``."""
+    ``retries`` and ``tools`` (per-tool ``approval`` and ``retry_safe``)."""
     try:
         data = json.loads(Path(path).read_text())
     except OSError as e:
@@ -215,6 +263,7 @@ def load_config_file(path: str | Path) -> list[McpServerConfig]:
                     approval=entry.get("approval", "destructive"),
                     retry_safe=entry.get("retry_safe"),
                     retries=int(entry.get("retries", 0)),
+                    tools=_overrides(path, name, entry.get("tools", {})),
                 )
             )
         except (TypeError, AttributeError) as e:
@@ -314,6 +363,85 @@ def _part(content: Any) -> dict[str, Any]:
     return {"type": str(kind)}
 
 
+class _Live:
+    """One session of a connection: what it sent, what of it is unanswered, and whether the
+    server broke the protocol while a call was running on it."""
+
+    def __init__(self) -> None:
+        self.session: Any = None
+        self.unanswered: set[str] = set()
+        """Ids of requests sent and not answered yet (a late answer to an abandoned one is
+        still an answer)."""
+        self.answered: collections.deque[str] = collections.deque(maxlen=1024)
+        """The last ids answered: an answer again (a replayed stream) is no fault."""
+        self.calls = 0
+        """Tool calls running on this session now."""
+        self.fault = asyncio.Event()
+        self.fault_text = ""
+
+
+class _Reads:
+    """The transport's read stream as the session sees it, each item shown to ``seen``."""
+
+    def __init__(self, inner: Any, seen: Callable[[Any], None]) -> None:
+        self._inner = inner
+        self._seen = seen
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def __aenter__(self) -> _Reads:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._inner.__aexit__(*exc)
+
+    def __aiter__(self) -> _Reads:
+        return self
+
+    async def __anext__(self) -> Any:
+        item = await self._inner.__anext__()
+        self._seen(item)
+        return item
+
+    async def receive(self) -> Any:
+        item = await self._inner.receive()
+        self._seen(item)
+        return item
+
+
+class _Writes:
+    """The transport's write stream as the session sees it, each message shown to ``sent``."""
+
+    def __init__(self, inner: Any, sent: Callable[[Any], None]) -> None:
+        self._inner = inner
+        self._sent = sent
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def __aenter__(self) -> _Writes:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> Any:
+        return await self._inner.__aexit__(*exc)
+
+    async def send(self, item: Any) -> None:
+        self._sent(item)
+        await self._inner.send(item)
+
+
+class _SessionLost(Exception):
+    """An HTTP server refused the call for its session (it restarted, or expired it)."""
+
+    def __init__(self, text: str, unprocessed: bool) -> None:
+        super().__init__(text)
+        self.unprocessed = unprocessed
+        """The server said so (404): the call did not run."""
+
+
 class McpConnection:
     """One server's session in this worker, run by a task of its own (the SDK's transports
     are entered and left in one task); restarted on the next call after it died."""
@@ -323,7 +451,7 @@ class McpConnection:
         self.tools: list[Any] = []
         self.error: str | None = None
         self._on_tools = on_tools
-        self._session: Any = None
+        self._live: _Live | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._lock = asyncio.Lock()
@@ -332,7 +460,7 @@ class McpConnection:
 
     @property
     def alive(self) -> bool:
-        return self._session is not None and self._task is not None and not self._task.done()
+        return self._live is not None and self._task is not None and not self._task.done()
 
     def scrub(self, text: str) -> str:
         for secret in self._secrets:
@@ -341,14 +469,19 @@ class McpConnection:
 
     async def session(self) -> Any:
         """The live session, connecting (again) first if there is none."""
+        return (await self._connect()).session
+
+    async def _connect(self) -> _Live:
         if self.alive:
-            return self._session
+            assert self._live is not None
+            return self._live
         async with self._lock:
             if self.alive:
-                return self._session
+                assert self._live is not None
+                return self._live
             await self._close_task()
             self._stop = asyncio.Event()
-            ready: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            ready: asyncio.Future[_Live] = asyncio.get_running_loop().create_future()
             self._task = asyncio.create_task(self._run(ready), name=f"mcp {self.config.name}")
             try:
                 async with asyncio.timeout(self.config.connect_timeout_s):
@@ -362,20 +495,23 @@ class McpConnection:
                 f"MCP server {self.config.name!r} is not reachable: {self.error}"
             )
 
-    async def _run(self, ready: asyncio.Future[Any]) -> None:
+    async def _run(self, ready: asyncio.Future[_Live]) -> None:
         from mcp import ClientSession
 
         config, self._secrets = self.config.resolved()
+        live = _Live()
         try:
             async with contextlib.AsyncExitStack() as stack:
                 read, write = await stack.enter_async_context(_transport(config))
+                reads = _Reads(read, functools.partial(self._inbound, live))
+                writes = _Writes(write, functools.partial(_outbound, live))
                 session = await stack.enter_async_context(
-                    ClientSession(read, write, message_handler=self._on_message)
+                    ClientSession(reads, writes, message_handler=self._on_message)
                 )
                 await session.initialize()
                 self.tools = await _list_tools(session)
-                self._session, self.error = session, None
-                ready.set_result(session)
+                live.session, self._live, self.error = session, live, None
+                ready.set_result(live)
                 self._on_tools(self)
                 await self._stop.wait()
         except BaseException as e:
@@ -386,11 +522,45 @@ class McpConnection:
             if not isinstance(e, Exception):
                 raise
         finally:
-            self._session = None
+            if self._live is live:
+                self._live = None
+
+    def _inbound(self, live: _Live, item: Any) -> None:
+        """What the server sent, before the session reads it: a line that is no JSON-RPC
+        message, or an answer to a request never sent, breaks the protocol."""
+        from mcp.types import JSONRPCError, JSONRPCResponse
+
+        if isinstance(item, Exception):
+            self._broken(live, "sent something that is not a JSON-RPC message: " + _brief(item))
+            return
+        message = getattr(item, "message", None)
+        if isinstance(message, JSONRPCResponse | JSONRPCError):
+            key = str(message.id)
+            if key in live.unanswered:
+                live.unanswered.discard(key)
+                live.answered.append(key)
+            elif key in live.answered:
+                log.info("MCP server %s answered request %s again", self.config.name, key)
+            else:
+                self._broken(live, f"answered a request that was never sent (id {message.id!r})")
+
+    def _broken(self, live: _Live, what: str) -> None:
+        text = self.scrub(what if len(what) <= 300 else what[:300] + "…")
+        if live.calls == 0:  # e.g. a banner at start: said, and let be
+            log.warning("MCP server %s %s (no call was running)", self.config.name, text)
+            return
+        log.warning(
+            "MCP server %s %s: its running calls fail, the session is started anew",
+            self.config.name,
+            text,
+        )
+        if not live.fault.is_set():
+            live.fault_text = text
+            live.fault.set()
+        self.dead(live)
 
     async def _on_message(self, message: Any) -> None:
-        if isinstance(message, Exception):  # a transport fault: reconnect on the next call
-            log.warning("MCP server %s: %s", self.config.name, self.scrub(_describe(message)))
+        if isinstance(message, Exception):  # said by _inbound, which saw it first
             return
         if getattr(message, "method", None) == "notifications/tools/list_changed":
             task = asyncio.create_task(self._refresh())
@@ -398,44 +568,102 @@ class McpConnection:
             task.add_done_callback(self._background.discard)
 
     async def _refresh(self) -> None:
-        session = self._session
-        if session is None:
+        live = self._live
+        if live is None:
             return
         try:
-            self.tools = await _list_tools(session)
+            self.tools = await _list_tools(live.session)
         except Exception as e:
             log.warning("MCP server %s: listing tools failed: %s", self.config.name, e)
             return
         log.info("MCP server %s: tool list changed (%d tools)", self.config.name, len(self.tools))
         self._on_tools(self)
 
-    def dead(self) -> None:
-        """The session is broken: the next call starts a new one."""
-        self._session = None
+    def dead(self, live: _Live | None = None) -> None:
+        """The session (``live``, or whichever is current) is broken: the next call starts a
+        new one."""
+        if live is not None and live is not self._live:
+            return
+        self._live = None
         self._stop.set()
 
-    async def call(self, name: str, arguments: dict[str, Any], ctx: ToolContext) -> Any:
-        from mcp.shared.exceptions import MCPError
-
-        session = await self.session()
-        meta = {META_CALL_ID: ctx.tool_call_id, META_ATTEMPT: ctx.attempt}
+    async def call(
+        self, name: str, arguments: dict[str, Any], ctx: ToolContext, retry_safe: bool = False
+    ) -> Any:
+        """One ``tools/call``. A call an HTTP server refused for a session it no longer knows
+        is sent once more on a new session when it cannot have run (404) or is retry-safe."""
         try:
-            return await session.call_tool(
-                name, arguments, read_timeout_seconds=self.config.timeout_s, meta=meta
+            return await self._call(await self._connect(), name, arguments, ctx)
+        except _SessionLost as e:
+            if not (e.unprocessed or retry_safe):
+                raise McpServerUnavailable(str(e)) from None
+            log.info("%s; calling again on a new session", e)
+        try:
+            return await self._call(await self._connect(), name, arguments, ctx)
+        except _SessionLost as e:
+            raise McpServerUnavailable(str(e)) from None
+
+    async def _call(
+        self, live: _Live, name: str, arguments: dict[str, Any], ctx: ToolContext
+    ) -> Any:
+        from mcp.shared.exceptions import MCPError
+        from mcp.types import CONNECTION_CLOSED, INTERNAL_ERROR
+        from pydantic import ValidationError
+
+        server = self.config.name
+        meta = {META_CALL_ID: ctx.tool_call_id, META_ATTEMPT: ctx.attempt}
+        # The tool's timeout_s (the activity's) ends a call first, as the ToolTimeout every
+        # tool gets; the SDK's own read timeout only backs it up.
+        live.calls += 1
+        request = asyncio.ensure_future(
+            live.session.call_tool(
+                name, arguments, read_timeout_seconds=self.config.timeout_s + 5, meta=meta
             )
+        )
+        fault = asyncio.ensure_future(live.fault.wait())
+        try:
+            await asyncio.wait({request, fault}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # cancelled too: the SDK tells the server (notifications/cancelled)
+            live.calls -= 1
+            fault.cancel()
+            if not request.done():
+                request.cancel()
+                with contextlib.suppress(BaseException):
+                    await request
+        answered = not request.cancelled() and request.exception() is None
+        if live.fault.is_set() and not answered:
+            raise McpProtocolError(
+                f"MCP server {server!r} {live.fault_text} (the session is started anew)"
+            )
+        try:
+            return request.result()
         except MCPError as e:
-            if "closed" in str(e).lower():
-                self.dead()
+            if e.code == CONNECTION_CLOSED:
+                self.dead(live)
                 raise McpServerUnavailable(
-                    f"MCP server {self.config.name!r} closed the connection during the call"
+                    f"MCP server {server!r} closed the connection during the call"
                     " (it is started again on the next call)"
                 ) from None
-            raise McpError(self.scrub(str(e))) from None
+            message = self.scrub(e.message)
+            if self.config.transport == "http" and (
+                "session" in message.lower()
+                or (e.code == INTERNAL_ERROR and message == "Server returned an error response")
+            ):
+                self.dead(live)
+                raise _SessionLost(
+                    f"MCP server {server!r} refused the session ({message})",
+                    unprocessed=message == "Session terminated",
+                ) from None
+            raise McpError(message) from None
+        except (ValidationError, RuntimeError) as e:  # an answer that is no tools/call result
+            raise McpProtocolError(
+                f"MCP server {server!r} answered with something that is not a tool result: "
+                + self.scrub(_brief(e))
+            ) from None
         except Exception as e:  # the transport broke: a new session next time
-            self.dead()
+            self.dead(live)
             raise McpServerUnavailable(
-                f"MCP server {self.config.name!r} failed during the call: "
-                + self.scrub(_describe(e))
+                f"MCP server {server!r} failed during the call: " + self.scrub(_describe(e))
             ) from None
 
     async def _close_task(self) -> None:
@@ -454,10 +682,32 @@ class McpConnection:
             pass
 
     async def aclose(self) -> None:
-        self._session = None
+        self._live = None
         await self._close_task()
         for task in list(self._background):
             task.cancel()
+
+
+def _outbound(live: _Live, item: Any) -> None:
+    from mcp.types import JSONRPCRequest
+
+    message = getattr(item, "message", None)
+    if isinstance(message, JSONRPCRequest):
+        live.unanswered.add(str(message.id))
+
+
+def _brief(e: BaseException) -> str:
+    """An error in a line: pydantic's first problem and the input it was about."""
+    from pydantic import ValidationError
+
+    if not isinstance(e, ValidationError) or not e.errors():
+        text = _describe(e)
+        return text if len(text) <= 200 else text[:200] + "…"
+    first = e.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    got = repr(first.get("input"))
+    got = got if len(got) <= 120 else got[:120] + "…"
+    return f"{where + ': ' if where else ''}{first['msg']} (got {got})"
 
 
 def _describe(e: BaseException) -> str:
@@ -502,19 +752,38 @@ async def _list_tools(session: Any) -> list[Any]:
             return sorted(tools, key=lambda t: t.name)
 
 
-def make_tool(config: McpServerConfig, remote: Any, conn: McpConnection) -> McpTool:
-    hints = remote.annotations
+def tool_policy(config: McpServerConfig, name: str, hints: Any) -> tuple[bool, bool]:
+    """(retry-safe, needs approval) for the server's tool ``name`` with these annotations:
+    the tool's override, else the server's setting, else the annotations, read with the MCP
+    spec's defaults (``readOnlyHint`` false, ``destructiveHint`` true, ``idempotentHint``
+    false)."""
     read_only = bool(hints and hints.read_only_hint)
     idempotent = bool(hints and hints.idempotent_hint)
-    destructive = bool(hints and hints.destructive_hint) and not read_only
-    retry_safe = config.retry_safe if config.retry_safe is not None else read_only or idempotent
-    needs_approval = config.approval == "always" or (
-        config.approval == "destructive" and destructive
-    )
+    said = hints.destructive_hint if hints is not None else None
+    retry_safe = read_only or idempotent
+    if config.retry_safe is not None:
+        retry_safe = config.retry_safe
+    approval = {
+        "destructive": not read_only and said is not False,
+        "explicit": not read_only and said is True,
+        "always": True,
+        "never": False,
+    }[config.approval]
+    override = config.tools.get(name)
+    if override is not None:
+        if override.retry_safe is not None:
+            retry_safe = override.retry_safe
+        if override.approval is not None:
+            approval = override.approval
+    return retry_safe, approval
+
+
+def make_tool(config: McpServerConfig, remote: Any, conn: McpConnection) -> McpTool:
     remote_name = remote.name
+    retry_safe, needs_approval = tool_policy(config, remote_name, remote.annotations)
 
     async def run(args: _McpArgs, ctx: ToolContext) -> Any:
-        result = await conn.call(remote_name, args.model_dump(mode="json"), ctx)
+        result = await conn.call(remote_name, args.model_dump(mode="json"), ctx, retry_safe)
         output = result_output(result)
         if result.is_error:
             raise ToolFailed(output)
@@ -548,6 +817,11 @@ class McpPool:
 
     def _register(self, conn: McpConnection) -> None:
         tools = [make_tool(conn.config, t, conn) for t in conn.tools]
+        unknown = sorted(set(conn.config.tools) - {t.name for t in conn.tools})
+        if unknown:
+            log.warning(
+                "MCP server %s has no tools %s (named in its tools)", conn.config.name, unknown
+            )
         try:
             self.registry.set_group(conn.config.name, tools)
         except ValueError as e:

@@ -3,8 +3,12 @@ stdio and streamable HTTP, a server killed mid-call, one that hangs, a 10 MB res
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -33,6 +37,29 @@ def calls(*tools: tuple[str, dict[str, Any]]) -> list[dict[str, Any]]:
 def mcp_log(harness: Harness) -> list[dict[str, Any]]:
     path = harness.tmp / "mcp.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def log_pids(harness: Harness) -> set[int]:
+    return {int(r["pid"]) for r in mcp_log(harness)}
+
+
+def _reap(pids: set[int]) -> None:
+    """Stop the test's MCP server processes that outlived a killed worker (a stdio server
+    runs in a session of its own: it ends when it reads the end of its stdin)."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(ChildProcessError):  # a child of ours: reap it first
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    return True
 
 
 def start(harness: Harness, **env: str) -> None:
@@ -98,7 +125,7 @@ async def test_stdio_tools_run_as_tool_calls_with_the_call_id(harness: Harness) 
     texts = [p.text for m in messages[1:] for p in m.parts if isinstance(p, TextPart) and p.text]
     offered = json.loads(texts[0])
     names = [n for n in offered if n.startswith("mcp__")]
-    assert names == sorted(names) and offered[-len(names) :] == names and len(names) == 10
+    assert names == sorted(names) and offered[-len(names) :] == names and len(names) == 16
     assert "mcp__t__weird_name_with_spaces_3f99da9c" in names
 
 
@@ -127,6 +154,10 @@ async def test_a_hanging_server_is_bounded_by_the_tool_timeout(harness: Harness)
     assert hung.is_error
     assert hung.output == 'ToolTimeout: tool "mcp__t__slow" did not finish within 2s.'
     assert echoed.output == "echo: still here"
+    [call] = [r for r in mcp_log(harness) if r["tool"] == "slow"]
+    told = [r for r in mcp_log(harness) if r["tool"] == "notifications/cancelled"]
+    assert [r["request"] for r in told] == [call["request"]], "the server was told to stop"
+    assert "slow ended" not in [r["tool"] for r in mcp_log(harness)]
 
 
 async def test_a_10_mb_result_is_tool_output_too_large(harness: Harness) -> None:
@@ -233,3 +264,119 @@ async def test_streamable_http_reconnects_after_the_server_restarts(harness: Har
         server.kill()
     for worker in harness.workers:
         assert "s3cret-value" not in worker.log_tail(1_000_000)
+
+
+@pytest.mark.timeout(90)
+async def test_malformed_json_rpc_fails_the_call_and_the_session_starts_anew(
+    harness: Harness,
+) -> None:
+    start(harness, TURNS_MCP_CONFIG=stdio_config(harness))
+    conversation = harness.conv("mcp-malformed")
+    model = harness.script(
+        calls(
+            ("mcp__t__bad_garbage", {}),
+            ("mcp__t__echo", {"text": "after garbage"}),
+            ("mcp__t__bad_json", {}),
+            ("mcp__t__echo", {"text": "after cut-off json"}),
+            ("mcp__t__bad_id", {}),
+            ("mcp__t__echo", {"text": "after a wrong id"}),
+            ("mcp__t__bad_result", {}),
+            ("mcp__t__echo", {"text": "after a bad result"}),
+        )
+    )
+    started = time.monotonic()
+    assert (await harness.send(conversation, "go", model=model)).status == "completed"
+    assert time.monotonic() - started < 60, "no call waited out its 300 s timeout"
+    garbage, one, cut, two, wrong, three, bad, four = await results(harness, conversation)
+    prefix = "McpProtocolError: MCP server 't' "
+    for broken in (garbage, cut, wrong, bad):
+        assert broken.is_error and str(broken.output).startswith(prefix), broken.output
+    assert "not a JSON-RPC message" in str(garbage.output) and "this is not json" in str(
+        garbage.output
+    )
+    assert "not a JSON-RPC message" in str(cut.output)
+    assert "answered a request that was never sent (id 987654)" in str(wrong.output)
+    assert "not a tool result" in str(bad.output)
+    assert [(r.output, r.is_error) for r in (one, two, three, four)] == [
+        ("echo: after garbage", False),
+        ("echo: after cut-off json", False),
+        ("echo: after a wrong id", False),
+        ("echo: after a bad result", False),
+    ]
+    pids = {r["tool"]: r["pid"] for r in mcp_log(harness) if r["tool"].startswith("bad_")}
+    assert len({pids["bad_garbage"], pids["bad_json"], pids["bad_id"]}) == 3, (
+        "a session whose stream broke is started anew"
+    )
+    after_bad_result = [r for r in mcp_log(harness) if r["tool"] == "echo"][-1]
+    assert after_bad_result["pid"] == pids["bad_result"], "a bad result keeps the session"
+    [worker] = harness.workers
+    assert worker.proc.poll() is None, "the worker survives"
+
+
+@pytest.mark.timeout(90)
+async def test_cancelling_a_turn_mid_call_tells_the_server(harness: Harness) -> None:
+    start(harness, TURNS_MCP_CONFIG=stdio_config(harness))
+    conversation = harness.conv("mcp-cancel")
+    model = harness.script(calls(("mcp__t__slow", {"seconds": 60})))
+    request = await harness.turns.submit(conversation, "go", model=model)
+    await wait_until(lambda: any(r["tool"] == "slow" for r in mcp_log(harness)))
+    await harness.turns.cancel(conversation)
+    result = await asyncio.wait_for(harness.turns.wait(conversation, request), 60)
+    assert result.status == "aborted"
+    await wait_until(lambda: any(r["tool"] == "slow cancelled" for r in mcp_log(harness)))
+    [call] = [r for r in mcp_log(harness) if r["tool"] == "slow"]
+    [notice] = [r for r in mcp_log(harness) if r["tool"] == "notifications/cancelled"]
+    assert notice["request"] == call["request"], "the server was told which request to stop"
+    assert notice["pid"] == call["pid"], "the same session: nothing was restarted"
+    # the session goes on: the next turn's call runs in the same server process
+    after = harness.conv("mcp-cancel-after")
+    model = harness.script(calls(("mcp__t__echo", {"text": "still here"})))
+    assert (await harness.send(after, "go", model=model)).status == "completed"
+    [echoed] = await results(harness, after)
+    assert echoed.output == "echo: still here"
+    assert mcp_log(harness)[-1]["pid"] == call["pid"]
+
+
+@pytest.mark.timeout(90)
+async def test_worker_killed_mid_call_reruns_only_retry_safe_tools(harness: Harness) -> None:
+    first = harness.start_worker(
+        MCP_TEST_LOG=str(harness.tmp / "mcp.jsonl"), TURNS_MCP_CONFIG=stdio_config(harness)
+    )
+    conversation = harness.conv("mcp-worker-crash")
+    model = harness.script(
+        [
+            {
+                "tool_calls": [
+                    {"name": "mcp__t__slow_read", "input": {"seconds": 3}},
+                    {"name": "mcp__t__slow", "input": {"seconds": 3}},
+                ]
+            },
+            {"text": "results: {tool_results}"},
+        ]
+    )
+    request = await harness.turns.submit(conversation, "go", model=model)
+    await wait_until(lambda: {"slow", "slow_read"} <= {r["tool"] for r in mcp_log(harness)})
+    first.kill()
+    second = harness.start_worker(
+        MCP_TEST_LOG=str(harness.tmp / "mcp.jsonl"), TURNS_MCP_CONFIG=stdio_config(harness)
+    )
+    try:
+        result = await asyncio.wait_for(harness.turns.wait(conversation, request), 90)
+        assert result.status == "completed"
+        read, unsafe = await results(harness, conversation)
+        assert (read.output, read.is_error) == ("woke up", False)
+        assert unsafe.is_error and "interrupted before a result was recorded" in str(unsafe.output)
+        log = mcp_log(harness)
+        reads = [r for r in log if r["tool"] == "slow_read"]
+        assert len(reads) == 2, "the read-only tool ran again on the second worker"
+        assert reads[0]["meta"]["durable-turns/tool-call-id"] == read.tool_call_id
+        assert reads[1]["meta"]["durable-turns/tool-call-id"] == read.tool_call_id
+        assert [r["meta"]["durable-turns/attempt"] for r in reads] == [1, 2]
+        assert reads[0]["pid"] != reads[1]["pid"], "in the second worker's server"
+        assert [r["tool"] for r in log].count("slow") == 1, "the unsafe tool did not run again"
+        assert second.proc.poll() is None
+        # the dead worker's server read the end of its stdin and went too
+        orphan = reads[0]["pid"]
+        await wait_until(lambda: not _alive(orphan), within=20)
+    finally:
+        _reap(log_pids(harness))
