@@ -169,7 +169,9 @@ class UIMessageStream:
             return out
         if ev.type == STEP_FINISH:
             reason = ev.data.get("finish_reason")
-            self._finish_reason = reason if _text_in(reason, FINISH_REASONS) else "other"
+            self._finish_reason = (
+                reason if isinstance(reason, str) and reason in FINISH_REASONS else "other"
+            )
             return self._close_parts() + self._flush_sources()
         if ev.type == TOOL_RESULT:
             return self._tool_result(ev.data)
@@ -513,7 +515,3 @@ def _dicts_of(value: Any, kind: type) -> dict[str, Any]:
     if not isinstance(value, dict):
         return {}
     return {k: v for k, v in value.items() if isinstance(v, kind)}
-
-
-def _text_in(value: Any, names: frozenset[str]) -> bool:
-    return isinstance(value, str) and value in names
