@@ -357,6 +357,11 @@ def raw_payloads(
 # --- workflow handlers, outside a workflow -------------------------------------------------
 
 
+_QUIET = logging.getLogger("durable_turns.fuzz")
+_QUIET.propagate = False  # a rejection logs a warning; thousands of them say nothing here
+_QUIET.addHandler(logging.NullHandler())
+
+
 @contextlib.contextmanager
 def workflow_context(workflow_id: str = "conv-fuzz") -> Iterator[None]:
     """What the handlers call of ``temporalio.workflow``, as a new (not replaying) run sees it:
@@ -375,7 +380,7 @@ def workflow_context(workflow_id: str = "conv-fuzz") -> Iterator[None]:
         uuid4=lambda: uuid.UUID(int=next(counter)),
         set_current_details=lambda _details: None,
         payload_converter=lambda: PYDANTIC_DATA_CONVERTER.payload_converter,
-        logger=logging.getLogger("durable_turns.fuzz"),
+        logger=_QUIET,
     ):
         yield
 
