@@ -1,4 +1,6 @@
-"""``python -m bench [--quick] [--no-peers] [--only SECTIONS]``: run, print, write results."""
+"""``python -m bench [--quick] [--no-peers] [--only SECTIONS]``: run, print, write results.
+
+``python -m bench fuzz [...]``: the long fuzz run of the wire's decoders (``bench/fuzz.py``)."""
 
 from __future__ import annotations
 
@@ -182,7 +184,15 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+COMMANDS = {"fuzz": "bench.fuzz"}
+"""``python -m bench <command> …``: runs of their own, beside the benchmark sections."""
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] in COMMANDS:
+        import importlib
+
+        sys.exit(importlib.import_module(COMMANDS[sys.argv[1]]).main(sys.argv[2:]))
     code = asyncio.run(main(parse()))
     sys.stdout.flush()
     sys.stderr.flush()

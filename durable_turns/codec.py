@@ -112,13 +112,26 @@ class EncryptionKey:
     def __post_init__(self) -> None:
         if not _KEY_ID.match(self.key_id):
             raise KeyConfigError(
-                f"bad encryption key id {self.key_id!r}: use 1-64 characters of A-Z a-z 0-9 . _ -"
+                f"bad encryption key id {shown_id(self.key_id)}: use 1-64 characters of A-Z a-z 0-9 . _ -"
             )
         if len(self.secret) != KEY_BYTES:
             raise KeyConfigError(
-                f"encryption key {self.key_id!r} is {len(self.secret)} bytes;"
+                f"encryption key {shown_id(self.key_id)} is {len(self.secret)} bytes;"
                 f" AES-256 needs exactly {KEY_BYTES}"
             )
+
+
+MAX_SHOWN_KEY_ID = 32
+"""A configuration error names a key id of at most this many characters; a longer one is
+likely a key written where its id goes (``<key>:<id>``, 43-44 characters of base64), and
+is not shown."""
+
+
+def shown_id(key_id: str) -> str:
+    """A key id as a configuration error may show it: never what could be a key."""
+    if len(key_id) <= MAX_SHOWN_KEY_ID:
+        return repr(key_id)
+    return f"of {len(key_id)} characters (not shown: a key written where its id goes?)"
 
 
 def generate_key() -> str:
@@ -132,11 +145,24 @@ def _decode_key(key_id: str, text: str) -> bytes:
         return base64.b64decode(text.encode("ascii"), validate=True)
     except (binascii.Error, ValueError, UnicodeEncodeError):
         # Never echo the value: it is (meant to be) a secret.
-        raise KeyConfigError(f"encryption key {key_id!r} is not valid base64") from None
+        raise KeyConfigError(f"encryption key {shown_id(key_id)} is not valid base64") from None
 
 
 def parse_keys(spec: str) -> list[EncryptionKey]:
-    """``"k2:BASE64,k1:BASE64"`` → keys, current first. Raises :class:`KeyConfigError`."""
+    """``"k2:BASE64,k1:BASE64"`` → keys, current first. Raises :class:`KeyConfigError`, which
+    shows no key: not where it belongs, nor where an id belongs (``<key>:<id>``)."""
+    try:
+        return _parse_keys(spec)
+    except KeyConfigError as e:
+        message = str(e)
+        for entry in spec.split(","):
+            material = entry.partition(":")[2].strip()
+            if len(material) >= 8:
+                message = message.replace(material, "***")
+        raise KeyConfigError(message) from None
+
+
+def _parse_keys(spec: str) -> list[EncryptionKey]:
     keys: list[EncryptionKey] = []
     for position, entry in enumerate(spec.split(","), start=1):
         entry = entry.strip()
@@ -147,7 +173,7 @@ def parse_keys(spec: str) -> list[EncryptionKey]:
         if not sep or not key_id or not material.strip():
             raise KeyConfigError(
                 f"{ENV_KEYS} entry {position} is not '<key id>:<base64 key>'"
-                + (f" (key id {key_id!r})" if sep and key_id else "")
+                + (f" (key id {shown_id(key_id)})" if sep and key_id else "")
             )
         keys.append(EncryptionKey(key_id, _decode_key(key_id, material)))
     if not keys:
@@ -155,7 +181,7 @@ def parse_keys(spec: str) -> list[EncryptionKey]:
     seen: set[str] = set()
     for key in keys:
         if key.key_id in seen:
-            raise KeyConfigError(f"encryption key id {key.key_id!r} appears twice")
+            raise KeyConfigError(f"encryption key id {shown_id(key.key_id)} appears twice")
         seen.add(key.key_id)
     return keys
 

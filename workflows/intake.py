@@ -37,6 +37,9 @@ with workflow.unsafe.imports_passed_through():
         UNDECRYPTABLE_ENCODING,
     )
 
+JSON_ENCODING = b"json/plain"
+"""The one encoding a request may have (what every SDK's JSON converter writes)."""
+
 ABSENT = RawValue(Payload())
 """The default of a raw handler argument: the signal or update came with no argument."""
 
@@ -55,7 +58,8 @@ def payload_size(raw: RawValue) -> int:
 
 
 def decode(raw: RawValue, limit: int, what: str = "request") -> Any:
-    """The JSON value of ``raw`` (None when absent); raises :class:`Rejected`."""
+    """The JSON value of ``raw`` (None when absent, or ``binary/null``); raises
+    :class:`Rejected`: past ``limit``, not ``json/plain``, not JSON."""
     payload = raw.payload
     size = len(payload.data)
     if size > limit:
@@ -72,6 +76,12 @@ def decode(raw: RawValue, limit: int, what: str = "request") -> Any:
         raise Rejected(INVALID_PAYLOAD, f"{what} could not be decrypted: {reason[:200]}")
     if encoding == b"binary/null":
         return None
+    if encoding != JSON_ENCODING:
+        # Only JSON is a request: a client's bytes (``binary/plain``), a protobuf message or
+        # an encoding nobody knows would reach the handlers as a value they cannot encode
+        # again (bytes that are not UTF-8 failed the task that forwarded a tool result).
+        shown = (encoding or b"").decode("utf-8", errors="replace")[:40] or "none"
+        raise Rejected(INVALID_PAYLOAD, f"{what} is not JSON (its encoding is {shown!r})")
     try:
         value = workflow.payload_converter().from_payload(payload)
     except RecursionError:

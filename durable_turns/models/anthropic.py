@@ -69,6 +69,8 @@ from durable_turns.models.providers import (
     is_context_overflow,
     is_transport_error,
     kind_for_status,
+    malformed_stream,
+    readable,
     retry_after,
     should_retry_header,
     split_steps,
@@ -156,21 +158,24 @@ class AnthropicProvider(ModelProvider):
                 extra_body=body,
                 extra_headers=headers or None,
             )
-            async for part in stream_parts(events, json_tool=json_tool, warnings=warnings):
+            parts = stream_parts(events, json_tool=json_tool, warnings=warnings)
+            async for part in readable(parts):
                 yield part
         except ProviderError:
             raise
         except anthropic.AnthropicError as e:
             # ``from None``: the SDK error's text is not redacted, and Temporal would ship it.
             raise map_error(e, secret=self._api_key) from None
-        except TypeError as e:
-            if "authentication" not in str(e).lower():
-                raise
-            raise map_error(e, secret=self._api_key) from None
         except Exception as e:
-            if is_transport_error(e):
+            if is_transport_error(e) or (
+                isinstance(e, TypeError) and "authentication" in str(e).lower()
+            ):
                 raise map_error(e, secret=self._api_key) from None
-            raise
+            if events is None:
+                raise  # before the response: the request could not be made
+            # what came could not be read (not UTF-8, JSON cut short, a field missing or of
+            # the wrong type): the provider's failure, typed, never a stray exception
+            raise malformed_stream("anthropic", "Anthropic", e) from None
         finally:
             if events is not None:
                 await events.close()

@@ -80,6 +80,8 @@ from durable_turns.models.providers import (
     is_context_overflow,
     is_transport_error,
     kind_for_status,
+    malformed_stream,
+    readable,
     retry_after,
     should_retry_header,
     split_steps,
@@ -192,7 +194,7 @@ class OpenAIProvider(ModelProvider):
                     extra_headers=dict(request.headers) or None,
                 )
                 parts = responses_parts(events, warnings)
-            async for part in parts:
+            async for part in readable(parts):
                 yield part
         except ProviderError:
             raise
@@ -202,7 +204,11 @@ class OpenAIProvider(ModelProvider):
         except Exception as e:
             if is_transport_error(e):
                 raise map_error(e, secret=self._api_key) from None
-            raise
+            if events is None:
+                raise  # before the response: the request could not be made
+            # what came could not be read (not UTF-8, JSON cut short, a field missing or of
+            # the wrong type): the provider's failure, typed, never a stray exception
+            raise malformed_stream("openai", "OpenAI", e) from None
         finally:
             if events is not None:
                 await events.close()

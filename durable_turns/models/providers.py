@@ -13,13 +13,17 @@ Environment (read when a provider builds its client, not at import time):
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import json
+import math
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
+
+from pydantic_core import to_json
 
 from durable_turns.messages import (
     FilePart,
@@ -27,11 +31,13 @@ from durable_turns.messages import (
     Part,
     ReasoningPart,
     StepStartPart,
+    StreamPart,
+    TextDelta,
     TextPart,
     ToolCallPart,
     ToolResultPart,
 )
-from durable_turns.models.base import ErrorKind
+from durable_turns.models.base import ErrorKind, ProviderError
 
 CONTEXT_OVERFLOW = re.compile(
     r"prompt is too long|context[_ ]length[_ ]exceeded|maximum context length"
@@ -55,25 +61,39 @@ def is_context_overflow(text: str) -> bool:
 
 
 def retry_after(headers: Mapping[str, str] | None) -> float | None:
-    """Seconds to wait, from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date)."""
+    """Seconds to wait, from ``retry-after-ms`` or ``retry-after`` (seconds or an HTTP date),
+    at most :data:`MAX_RETRY_AFTER_S`; None when neither says a number of seconds (a gateway
+    sending ``nan``, ``inf`` or a date in the year 9999 is not waited on for ever)."""
     if not headers:
         return None
     ms = headers.get("retry-after-ms")
     if ms:
-        try:
-            return max(float(ms) / 1000, 0.0)
-        except ValueError:
-            pass
+        with contextlib.suppress(ValueError):
+            return _bounded(float(ms) / 1000)
     value = headers.get("retry-after")
     if not value:
         return None
     try:
-        return max(float(value), 0.0)
+        return _bounded(float(value))
     except ValueError:
         parsed = email.utils.parsedate_tz(value)
         if parsed is None:
             return None
-        return max(email.utils.mktime_tz(parsed) - time.time(), 0.0)
+        try:
+            return _bounded(email.utils.mktime_tz(parsed) - time.time())
+        except (ValueError, OverflowError):  # a year past what the platform's clock holds
+            return None
+
+
+MAX_RETRY_AFTER_S = 600.0
+"""A provider's ``retry-after`` longer than this waits this long (the step's own timeout is
+10 minutes: a longer wait would only be spent waiting)."""
+
+
+def _bounded(seconds: float) -> float | None:
+    if math.isnan(seconds):
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
 
 
 def should_retry_header(headers: Mapping[str, str] | None) -> bool | None:
@@ -97,6 +117,32 @@ def is_transport_error(error: BaseException) -> bool:
     return module.startswith(("httpx", "httpcore", "h11", "anyio")) or isinstance(
         error, ConnectionError | TimeoutError
     )
+
+
+def malformed_stream(provider: str, label: str, error: BaseException) -> ProviderError:
+    """A response stream the provider's SDK, or the engine, could not read: bytes that are not
+    UTF-8, JSON cut short, an event without its fields or with a field of the wrong type, a
+    value that does not encode (a lone surrogate). Transient, as a dropped connection is: the
+    step is retried (``TURNS_MODEL_RETRIES``) and the attempt's partial output dropped."""
+    text = str(error)
+    detail = text.splitlines()[0][:200] if text else ""
+    return ProviderError(
+        f"{label} sent a response stream the engine cannot read"
+        f" ({type(error).__name__}{': ' + detail if detail else ''})",
+        kind="transient",
+        provider=provider,
+    )
+
+
+async def readable(parts: AsyncIterator[StreamPart]) -> AsyncIterator[StreamPart]:
+    """``parts``, each checked to encode as JSON (they go on the chunk stream and into the
+    store): a value from the provider that does not (a lone surrogate in a tool call's input
+    or in provider metadata) fails here, as a malformed stream, not later in the engine.
+    Text deltas are checked by their own model already."""
+    async for part in parts:
+        if not isinstance(part, TextDelta):
+            to_json(part)
+        yield part
 
 
 # --- messages ----------------------------------------------------------------------------

@@ -640,7 +640,8 @@ def create_app(
         it = await opened()
         check_origin(request, it.authenticate is None)
         conv = it.conversation(await it.principal(request.headers), chat_id)
-        return JSONResponse(protocol.ui_messages(await it.store.messages(conv)))
+        messages = protocol.ui_messages(await it.store.messages(conv))
+        return Response(protocol.dumps(messages), media_type="application/json")
 
     @app.post("/api/chat/{chat_id:path}/stop")
     async def stop(chat_id: str, request: Request) -> Any:

@@ -15,8 +15,11 @@ the persisted assistant message id of the reply's first turn (``<conversation>/t
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
+
+from pydantic_core import PydanticSerializationError, to_json
 
 from durable_turns.messages import (
     FilePart,
@@ -56,11 +59,30 @@ KEEPALIVE = b": keepalive\n\n"
 FINISH_REASONS = frozenset({"stop", "length", "content-filter", "tool-calls", "error", "other"})
 
 
+def dumps(value: Any) -> bytes:
+    """``value`` as JSON that a browser's ``JSON.parse`` reads: NaN and ±Infinity, which JSON
+    has no words for but the engine's parser accepts (a model's tool call input, a client
+    tool's output, a client's metadata can hold them), become ``null``, as ``JSON.stringify``
+    makes them; a lone surrogate (never from the engine's own parser) is escaped."""
+    try:
+        return to_json(value, inf_nan_mode="null")
+    except PydanticSerializationError:
+        return json.dumps(_finite(value), separators=(",", ":"), allow_nan=False).encode()
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def frame(chunk: dict[str, Any]) -> bytes:
     """One chunk as an SSE frame."""
-    return (
-        b"data: " + json.dumps(chunk, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
-    )
+    return b"data: " + dumps(chunk) + b"\n\n"
 
 
 def assistant_id(conversation_id: str, turn_number: int) -> str:
@@ -147,7 +169,9 @@ class UIMessageStream:
             return out
         if ev.type == STEP_FINISH:
             reason = ev.data.get("finish_reason")
-            self._finish_reason = reason if reason in FINISH_REASONS else "other"
+            self._finish_reason = (
+                reason if isinstance(reason, str) and reason in FINISH_REASONS else "other"
+            )
             return self._close_parts() + self._flush_sources()
         if ev.type == TOOL_RESULT:
             return self._tool_result(ev.data)
@@ -385,7 +409,8 @@ def ui_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
                 continue
             out.append({"id": message.id, "role": "assistant", "parts": parts})
         else:
-            ui_id = message.metadata.get("ui_message_id") or message.id
+            ui_id = message.metadata.get("ui_message_id")
+            ui_id = ui_id if isinstance(ui_id, str) and ui_id else message.id
             out.append({"id": ui_id, "role": message.role, "parts": _user_parts(message)})
     return out
 
@@ -407,9 +432,13 @@ def _file_part(part: FilePart) -> dict[str, Any]:
 
 def _assistant_parts(message: Message) -> list[dict[str, Any]]:
     """One stored reply's parts, as the stream's chunks assemble them in the client."""
-    turn = int(message.metadata.get("turn_number") or 0)
-    sources: dict[str, list[dict[str, Any]]] = message.metadata.get("sources") or {}
-    approvals: dict[str, dict[str, Any]] = message.metadata.get("approvals") or {}
+    # The metadata is the engine's for the replies it stores, but a client may send any
+    # (a message of any role, with any metadata): what is not of the engine's shape is
+    # ignored, never a failed page.
+    number = message.metadata.get("turn_number")
+    turn = number if isinstance(number, int) and not isinstance(number, bool) else 0
+    sources = _dicts_of(message.metadata.get("sources"), list)
+    approvals = _dicts_of(message.metadata.get("approvals"), dict)
     parts: list[dict[str, Any]] = []
     tools: dict[str, dict[str, Any]] = {}
     step = -1
@@ -417,6 +446,8 @@ def _assistant_parts(message: Message) -> list[dict[str, Any]]:
 
     def end_step() -> None:
         for source in sources.get(str(step), []):
+            if not isinstance(source, dict):
+                continue
             chunk = _source_chunk(source)
             chunk["type"] = "source-url"
             parts.append(
@@ -477,3 +508,10 @@ def _approval(call_id: str, approval: dict[str, Any]) -> dict[str, Any]:
     if approval.get("reason"):
         out["reason"] = approval["reason"]
     return out
+
+
+def _dicts_of(value: Any, kind: type) -> dict[str, Any]:
+    """``value`` if it is a dict, with only its entries of type ``kind``."""
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(v, kind)}

@@ -9,10 +9,10 @@ assistant message with a client tool's output or an approval in it.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import from_json, to_json
 
 from durable_turns.contract import validation_problems
 
@@ -116,12 +116,7 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
             400, "InvalidRequest", f"malformed chat request: {validation_problems(e, 5)}"
         ) from None
     for part in request.last.parts if request.last else []:
-        try:
-            size = len(json.dumps(part.model_dump(), ensure_ascii=False).encode())
-        except UnicodeEncodeError:
-            raise BadRequest(
-                400, "InvalidPayload", f"a {part.type} part holds a lone surrogate (not Unicode)"
-            ) from None
+        size = len(to_json(part))  # no lone surrogate can be in it (parse_json)
         if size > MAX_PART_BYTES:
             raise BadRequest(
                 413,
@@ -132,16 +127,19 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
 
 
 def parse_json(raw: bytes) -> Any:
-    """JSON from a request body: UTF-8, and not nested past the parser's recursion limit."""
+    """JSON from a request body: UTF-8, no lone surrogate (``"\\ud800"``), numbers of at most
+    4,300 digits, nested at most 200 deep: the rules of the engine's own JSON parser (the
+    same one, pydantic's), so what the front door accepts it can also send on to Temporal
+    (Python's ``json`` module lets each of them through, and the request then failed with a
+    500 where it is sent)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise BadRequest(400, "InvalidPayload", "the body is not UTF-8") from None
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise BadRequest(
-            400, "InvalidPayload", f"the body is not JSON: {e.msg} at {e.pos}"
-        ) from None
-    except RecursionError:
-        raise BadRequest(400, "InvalidPayload", "the JSON nests too deeply") from None
+        return from_json(text)
+    except ValueError as e:
+        problem = str(e)
+        if "recursion limit" in problem:
+            raise BadRequest(400, "InvalidPayload", "the JSON nests too deeply") from None
+        raise BadRequest(400, "InvalidPayload", f"the body is not JSON: {problem[:200]}") from None
