@@ -373,6 +373,14 @@ def workflow_context(workflow_id: str = "conv-fuzz") -> Iterator[None]:
         is_continue_as_new_suggested=lambda: False,
     )
     counter = iter(range(1, 1 << 62))
+
+    async def no_op_activity(*_args: Any, **_kwargs: Any) -> None:
+        await asyncio.sleep(0)
+
+    async def wait_condition(check: Any, **_kwargs: Any) -> None:
+        while not check():  # noqa: ASYNC110 - the workflow's condition, polled as the SDK does
+            await asyncio.sleep(0)
+
     with mock.patch.multiple(
         workflow,
         info=lambda: info,
@@ -381,8 +389,19 @@ def workflow_context(workflow_id: str = "conv-fuzz") -> Iterator[None]:
         set_current_details=lambda _details: None,
         payload_converter=lambda: PYDANTIC_DATA_CONVERTER.payload_converter,
         logger=_QUIET,
+        execute_local_activity=no_op_activity,
+        wait_condition=wait_condition,
     ):
         yield
+
+
+async def _settled(wf: Any) -> None:
+    """Let the workflow's inbox drain to the end (each round ends with a local activity)."""
+    for _ in range(10_000):
+        if wf._intake is None:
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("the inbox never drained")
 
 
 def check_intake(payload: Payload) -> None:
@@ -448,8 +467,8 @@ def check_conversation(given: tuple[str, bool, list[tuple[str, Payload]]]) -> No
         child = _FakeChild()
         if running:
             wf._running_turn = child  # type: ignore[assignment]
-        loop = asyncio.new_event_loop()
-        try:
+
+        async def drive() -> None:
             for op, payload in requests:
                 raw = RawValue(payload)
                 if op == "submit":
@@ -459,19 +478,25 @@ def check_conversation(given: tuple[str, bool, list[tuple[str, Payload]]]) -> No
                 elif op == "cancel":
                     wf.cancel_chat(raw)
                 elif op == "tool":
-                    loop.run_until_complete(wf.submit_tool_result(raw))
-                    loop.run_until_complete(asyncio.sleep(0))
+                    await wf.submit_tool_result(raw)
                 else:
+                    await _settled(wf)
                     try:
                         wf._validate_send(raw)
                     except ApplicationError as e:
                         _refused(e)
                         continue
                     try:
-                        wf._admit(raw)
+                        await wf._admit(raw)
                     except ApplicationError as e:
                         _refused(e)
-            loop.run_until_complete(asyncio.sleep(0))
+                await asyncio.sleep(0)
+            await _settled(wf)
+            await asyncio.sleep(0)
+
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(drive())
         finally:
             loop.close()
         expect(wf._queued_bytes == sum(p.size for p in wf._queue), "queued bytes out of step")
@@ -513,8 +538,17 @@ def check_turn_tool_result(given: tuple[bool, list[Payload]]) -> None:
                 wf._pending[call_id] = ToolOutcome(
                     tool_call_id=call_id, tool_name="t", success=False, pending="client"
                 )
-        for payload in payloads:
-            wf.tool_result(RawValue(payload))
+
+        async def drive() -> None:
+            for payload in payloads:
+                wf.tool_result(RawValue(payload))
+            await _settled(wf)
+
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(drive())
+        finally:
+            loop.close()
         to_json(wf.state())
         for resolution_ in wf._resolutions.values():
             ToolResolution.model_validate_json(to_json(resolution_))
