@@ -152,6 +152,22 @@ def write_results(
 # --- the machine -----------------------------------------------------------------------------
 
 
+def run_meta(mode: str, command: str, load_start: str, server: dict[str, Any]) -> dict[str, Any]:
+    """A benchmark's ``meta`` for :func:`write_results`: what ran, where, on what, against
+    which dev server (``seconds`` is set by the caller when it ends)."""
+    return {
+        "mode": mode,
+        "date": now_iso(),
+        "command": command,
+        "code": code_version(),
+        "python": platform.python_version(),
+        "machine": {**machine_info(), "loadavg_start": load_start, "loadavg_end": loadavg()},
+        "versions": versions(),
+        "server": {**server, "data_dir": "a temporary folder"},
+        "seconds": 0,
+    }
+
+
 def machine_info() -> dict[str, Any]:
     cpu = platform.processor() or platform.machine()
     with contextlib.suppress(OSError):

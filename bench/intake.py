@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import platform
 import re
 import sys
 import tempfile
@@ -40,18 +39,15 @@ from bench.common import (
     ROOT,
     Row,
     WorkerProcess,
-    code_version,
     engine_env,
     event_epoch,
     judged,
     loadavg,
-    machine_info,
     median,
     ms,
-    now_iso,
     render_text,
+    run_meta,
     temporal_server,
-    versions,
     write_results,
 )
 from durable_turns.client import TurnsClient
@@ -189,17 +185,12 @@ async def run(bursts: list[str]) -> tuple[list[Row], dict[str, Any], dict[str, A
                             ),
                         )
                     )
-    meta = {
-        "mode": "intake: the longest workflow task of the worst signal bursts",
-        "date": now_iso(),
-        "command": "python -m bench.intake",
-        "code": code_version(),
-        "python": platform.python_version(),
-        "machine": {**machine_info(), "loadavg_start": load_start, "loadavg_end": loadavg()},
-        "versions": versions(),
-        "server": {**server, "data_dir": "a temporary folder"},
-        "seconds": 0,
-    }
+    meta = run_meta(
+        "intake: the longest workflow activation of the worst signal bursts",
+        "python -m bench.intake",
+        load_start,
+        server,
+    )
     return rows, raw, meta
 
 

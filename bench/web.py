@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -32,21 +31,18 @@ import httpx
 from bench.common import (
     Row,
     WorkerProcess,
-    code_version,
     cpu_seconds,
     engine_env,
     free_port,
     loadavg,
-    machine_info,
     median,
     ms,
-    now_iso,
     proc_status,
     render_text,
+    run_meta,
     script,
     start_engine_worker,
     temporal_server,
-    versions,
     write_results,
 )
 
@@ -227,17 +223,12 @@ async def run(
         door.stop()
         for w in workers:
             w.stop()
-    meta = {
-        "mode": f"front door: {rounds} paired first-token rounds; {n_turns} turns × {watchers} SSE clients",
-        "date": now_iso(),
-        "command": f"python -m bench.web --rounds {rounds} --turns {n_turns} --watchers {watchers}",
-        "code": code_version(),
-        "python": platform.python_version(),
-        "machine": {**machine_info(), "loadavg_start": load_start, "loadavg_end": loadavg()},
-        "versions": versions(),
-        "server": {**server, "data_dir": "a temporary folder"},
-        "seconds": 0,
-    }
+    meta = run_meta(
+        f"front door: {rounds} paired first-token rounds; {n_turns} turns × {watchers} SSE clients",
+        f"python -m bench.web --rounds {rounds} --turns {n_turns} --watchers {watchers}",
+        load_start,
+        server,
+    )
     return rows, raw, meta
 
 

@@ -398,7 +398,7 @@ def workflow_context(workflow_id: str = "conv-fuzz") -> Iterator[None]:
 async def _settled(wf: Any) -> None:
     """Let the workflow's inbox drain to the end (each round ends with a local activity)."""
     for _ in range(10_000):
-        if wf._intake is None:
+        if not wf._inbox.draining:
             return
         await asyncio.sleep(0)
     raise AssertionError("the inbox never drained")

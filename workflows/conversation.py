@@ -106,6 +106,10 @@ PATCH_INBOX = "conversation-signals-through-inbox"
 (``workflows.intake.Inbox``); runs recorded before parsed each in its handler."""
 
 
+_REJECTED = object()
+"""What reading a request gives when it was rejected (None is a JSON value)."""
+
+
 def _failure(rejected: Rejected) -> ApplicationError:
     return ApplicationError(rejected.message, type=rejected.type, non_retryable=True)
 
@@ -155,8 +159,7 @@ class ConversationWorkflow:
         """Tool results for the running turn, waiting to be forwarded, with their sizes."""
         self._tool_result_bytes = 0
         self._forwarder: asyncio.Task[None] | None = None
-        self._inbox = Inbox()
-        self._intake: asyncio.Task[None] | None = None
+        self._inbox = Inbox(self._take)
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -410,20 +413,13 @@ class ConversationWorkflow:
             else (MAX_REQUEST_BYTES, "request")
         )
         try:
-            self._inbox.offer(kind, raw, limit, what)
+            drain = self._inbox.offer(kind, raw, limit, what)
         except Rejected as e:
             self._reject(None, e.type, e.message)
             return
-        if self._intake is None:
-            self._intake = asyncio.create_task(self._drain_inbox())
-            self._responses.add(self._intake)
-            self._intake.add_done_callback(self._responses.discard)
-
-    async def _drain_inbox(self) -> None:
-        try:
-            await self._inbox.drain(self._take)
-        finally:
-            self._intake = None
+        if drain is not None:
+            self._responses.add(drain)
+            drain.add_done_callback(self._responses.discard)
 
     def _take(self, kind: str, raw: RawValue) -> None:
         """Parse and act on one signal (what its handler did before the inbox)."""
@@ -605,13 +601,8 @@ class ConversationWorkflow:
             self._receive(SIGNAL_TOOL_RESULT, raw)
             return
         # as runs recorded before the inbox did it, in this order
-        try:
-            value = decode(raw, MAX_TOOL_RESULT_BYTES, "tool result")
-        except Rejected as e:
-            self._reject(None, e.type, e.message)
-            return
-        if self._running_turn is None:
-            self._reject(value, INVALID_REQUEST, "no turn is running, so no tool call is waiting")
+        value = self._tool_result_value(raw)
+        if value is _REJECTED or self._running_turn is None:
             return
         if not workflow.patched(PATCH_FORWARD_ONE_AT_A_TIME):
             await self._running_turn.signal(TURN_SIGNAL_TOOL_RESULT, value)
@@ -619,15 +610,22 @@ class ConversationWorkflow:
         self._queue_tool_result(value)
 
     def _take_tool_result(self, raw: RawValue) -> None:
+        value = self._tool_result_value(raw)
+        if value is not _REJECTED:
+            self._queue_tool_result(value)
+
+    def _tool_result_value(self, raw: RawValue) -> Any:
+        """The tool result's JSON value, or ``_REJECTED`` (recorded) when it is malformed or
+        no turn is running to take it."""
         try:
             value = decode(raw, MAX_TOOL_RESULT_BYTES, "tool result")
         except Rejected as e:
             self._reject(None, e.type, e.message)
-            return
+            return _REJECTED
         if self._running_turn is None:
             self._reject(value, INVALID_REQUEST, "no turn is running, so no tool call is waiting")
-            return
-        self._queue_tool_result(value)
+            return _REJECTED
+        return value
 
     def _queue_tool_result(self, value: Any) -> None:
         size = len(to_json(value))  # as it will be forwarded (re-encoding can grow it)

@@ -18,6 +18,7 @@ from the contract and a short message that never echoes the request back.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 from collections.abc import Callable
 from datetime import timedelta
@@ -123,10 +124,12 @@ PAUSE_TIMEOUT = timedelta(seconds=10)
 
 
 class Inbox:
-    """Signals received and not yet parsed, in order: ``offer`` is O(1), ``drain`` parses them
-    at a bounded rate."""
+    """Signals received and not yet parsed, in order: ``offer`` is O(1); a task beside the
+    workflow's loop hands them to ``take`` at a bounded rate."""
 
-    def __init__(self) -> None:
+    def __init__(self, take: Callable[[str, RawValue], None]) -> None:
+        self._take = take
+        self._drain: asyncio.Task[None] | None = None
         self._items: deque[tuple[str, RawValue]] = deque()
         self._bytes = 0
         self.received = 0
@@ -134,12 +137,16 @@ class Inbox:
         self.taken = 0
         """Signals ever parsed (or rejected)."""
 
-    def __len__(self) -> int:
-        return len(self._items)
+    @property
+    def draining(self) -> bool:
+        return self._drain is not None
 
-    def offer(self, kind: str, raw: RawValue, limit: int, what: str = "request") -> None:
+    def offer(
+        self, kind: str, raw: RawValue, limit: int, what: str = "request"
+    ) -> asyncio.Task[None] | None:
         """Keep the signal ``kind``'s ``raw`` for later; raises :class:`Rejected` (unread)
-        when it is over ``limit`` bytes or the inbox is full."""
+        when it is over ``limit`` bytes or the inbox is full. Returns the drain task when this
+        signal started one (a workflow that hands over waits for it)."""
         size = len(raw.payload.data)
         if size > limit:
             raise Rejected(
@@ -156,8 +163,18 @@ class Inbox:
         self._items.append((kind, raw))
         self._bytes += size
         self.received += 1
+        if self._drain is not None:
+            return None
+        self._drain = asyncio.create_task(self._drain_all())
+        return self._drain
 
-    async def drain(self, take: Callable[[str, RawValue], None]) -> None:
+    async def _drain_all(self) -> None:
+        try:
+            await self._drain_items()
+        finally:
+            self._drain = None
+
+    async def _drain_items(self) -> None:
         """Hand every waiting signal to ``take``, in order, :data:`INTAKE_BYTES_PER_TASK` per
         activation; returns when the inbox is empty. Between two rounds, the no-op local
         activity ``intake_pause`` ends the activation (the SDK runs all that is ready in one;
@@ -171,7 +188,7 @@ class Inbox:
                 self._bytes -= size
                 budget -= max(size, INTAKE_MIN_COST)
                 try:
-                    take(kind, raw)
+                    self._take(kind, raw)
                 finally:
                     self.taken += 1
             if self._items:

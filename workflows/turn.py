@@ -83,8 +83,7 @@ class TurnWorkflow:
         self._held_bytes = 0
         """Resolutions held for calls the turn is not (yet) waiting on."""
         self._rejected: list[str] = []
-        self._inbox = Inbox()
-        self._intake: asyncio.Task[None] | None = None
+        self._inbox = Inbox(self._take_tool_result)
         self._awaited_client = False
         self._completed = 0
         """Model steps of the current run that the history says completed."""
@@ -121,15 +120,6 @@ class TurnWorkflow:
         except Rejected as e:
             self._rejected.append(f"{e.type}: {e.message}")
             del self._rejected[:-10]
-            return
-        if self._intake is None:
-            self._intake = asyncio.create_task(self._drain_inbox())
-
-    async def _drain_inbox(self) -> None:
-        try:
-            await self._inbox.drain(self._take_tool_result)
-        finally:
-            self._intake = None
 
     def _take_tool_result(self, _kind: str, raw: RawValue) -> None:
         try:
