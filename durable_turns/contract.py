@@ -157,6 +157,9 @@ INVALID_PAYLOAD = "InvalidPayload"
 """A signal or update payload that cannot be decoded (not JSON, bad UTF-8, too deep,
 undecryptable)."""
 REQUEST_TOO_LARGE = "RequestTooLarge"
+UNKNOWN_SIGNAL = "UnknownSignal"
+"""A signal of a name the workflow does not take (a typo, another workflow's signal): recorded
+as a rejection, not kept waiting for a handler that never comes."""
 QUEUE_FULL = "QueueFull"
 """The conversation's queue is at :data:`MAX_QUEUED_REQUESTS` or :data:`MAX_QUEUED_BYTES`."""
 REQUEST_EXPIRED = "RequestExpired"

@@ -1,7 +1,7 @@
 """The workflow sandbox the worker runs its workflows in, made cheap per payload and per run.
 
-Every workflow runs in temporalio's sandbox (its restrictions guard determinism); four things
-here keep what the sandbox costs per turn small without loosening it:
+Every workflow runs in temporalio's sandbox (its restrictions guard determinism); what follows
+keeps what the sandbox costs per turn small without loosening it:
 
 * :data:`PASSTHROUGH`: modules the sandbox shares with the worker instead of re-importing
   for every run: pydantic (models cross the boundary as instances), the wire contract (pure
@@ -19,6 +19,10 @@ here keep what the sandbox costs per turn small without loosening it:
   workflow's import when a run starts, then one line per activation), compiling them every
   time: ~150 µs of worker CPU a call here, about ten calls per 1-step turn. The runner hands
   it each snippet compiled once per process instead; what runs is the same code.
+
+Before a workflow sees an activation, each burst of one signal is folded into one job
+(:mod:`durable_turns.signal_fold`): the SDK's cost per signal, paid once per burst, for the
+signals a workflow names as foldable.
 
 Every activation is timed, and one that runs longer than ``slow_activation_s`` is logged with
 its workflow and jobs: Temporal's deadlock detector fails a task whose activation passes 2 s,
@@ -49,7 +53,9 @@ from temporalio.converter import SerializationContext
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from durable_turns.signal_fold import fold_signals
 from durable_turns.update_guard import answerable_bytes, drop_unanswerable_updates
+from durable_turns.workflows.intake import FOLDABLE_LIVE, FOLDABLE_SIGNALS
 
 PASSTHROUGH = [
     "pydantic",
@@ -86,7 +92,8 @@ def _timed_activation(
 
 
 _IN_SANDBOX = "__temporal_in_sandbox"
-"""Where temporalio's sandbox keeps the sandboxed instance (``_runner._Instance``)."""
+"""Where temporalio's sandbox keeps the sandboxed instance (``_in_sandbox.InSandbox``; its
+``instance._object`` is the workflow object)."""
 
 _COMPILED: dict[str, CodeType] = {}
 """The sandbox's own snippets, compiled once: a fixed few, plus one import line per workflow
@@ -124,10 +131,20 @@ if _StockInstance is not None:
         update_limit: int = answerable_bytes(None)
         slow_s: float = SLOW_ACTIVATION_S
         label: str = ""
+        live_foldable: frozenset[str] = frozenset()
 
         def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
             drop_unanswerable_updates(act, self.update_limit)
-            return _timed_activation(super().activate, act, self.label, self.slow_s)
+            return _timed_activation(self._folded_activate, act, self.label, self.slow_s)
+
+        def _folded_activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+            workflow_object = getattr(getattr(self._sandboxed(), "instance", None), "_object", None)
+            foldable = getattr(workflow_object, FOLDABLE_SIGNALS, None)
+            if foldable is None:  # the run does not know yet: only what a live activation may
+                foldable = () if act.is_replaying else self.live_foldable
+            if foldable and len(act.jobs) > 1:
+                fold_signals(act, foldable)
+            return super().activate(act)
 
         def _run_code(self, code: Any, **extra_globals: Any) -> None:
             # typed str, but it only passes ``code`` to exec, which takes a code object too
@@ -201,6 +218,7 @@ class LeanSandboxedWorkflowRunner(SandboxedWorkflowRunner):
         instance.update_limit = self.update_limit
         instance.slow_s = self.slow_activation_s
         instance.label = label
+        instance.live_foldable = frozenset(getattr(det.defn.cls, FOLDABLE_LIVE, ()))
         return instance
 
 

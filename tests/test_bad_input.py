@@ -134,3 +134,42 @@ async def test_provider_error_reaches_the_caller(harness: Harness) -> None:
     assert result.error is not None
     assert result.error.type == "ProviderError" and result.error.stage == "stream"
     assert "invalid x-api-key" in result.error.message
+
+
+async def test_a_signal_of_an_unknown_name_is_rejected_visibly(harness: Harness) -> None:
+    """A typo'd signal is a typed rejection in ``state``; before, the SDK kept it in memory
+    waiting for a handler that never comes, and nobody saw it."""
+    harness.start_worker()
+    conversation = harness.conv("c-unknown-signal")
+    await harness.send(conversation, "first", model="demo:echo")
+    handle = harness.client.get_workflow_handle(conversation)
+    await handle.signal("submitMessage", {"messages": [{"role": "user", "content": "hi"}]})
+    result = await harness.send(conversation, "second", model="demo:echo")
+    assert result.status == "completed" and result.turn_number == 2
+    state = await harness.turns.state(conversation)
+    [rejected] = [r for r in state.recent if r.status == "rejected"]
+    assert rejected.error is not None and rejected.error.type == "UnknownSignal"
+    assert "'submitMessage'" in rejected.error.message
+    assert "submitMessages" in rejected.error.message  # names what it takes
+
+
+async def test_a_folded_signal_sent_by_hand_is_each_of_its_signals(harness: Harness) -> None:
+    """The name the worker's runner gives a folded burst is no back door: sent by a client,
+    each of its payloads is checked and acts as its own signal would, in order."""
+    harness.start_worker()
+    conversation = harness.conv("c-folded-by-hand")
+    await harness.send(conversation, "first", model="demo:echo")
+    handle = harness.client.get_workflow_handle(conversation)
+    ok = {
+        "request_id": "r-ok",
+        "messages": [{"role": "user", "content": "two"}],
+        "model": "demo:echo",
+    }
+    await handle.signal(
+        "durable_turns.folded:submitMessages", args=[{"messages": "nope"}, ok, "x" * 300_000]
+    )
+    result = await harness.turns.wait(conversation, "r-ok")
+    assert result.status == "completed" and result.text == "You said: two"
+    state = await harness.turns.state(conversation)
+    errors = [r.error.type for r in state.recent if r.status == "rejected" and r.error]
+    assert sorted(errors) == ["InvalidRequest", "RequestTooLarge"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from typing import Any
 
@@ -457,6 +458,86 @@ async def test_a_burst_of_the_costliest_signals_with_the_cores_loaded(harness: H
     assert await _failed_tasks(handle) == []
     log = harness.workers[0].log_tail(50_000)
     assert "TMPRL1101" not in log and "Potential deadlock" not in log
+
+
+def _asked(request_id: str, text: str) -> dict[str, Any]:
+    return {
+        "request_id": request_id,
+        "messages": [{"role": "user", "content": text}],
+        "model": "demo:echo",
+    }
+
+
+_ACTIVATION = re.compile(
+    r"slow activation: ([0-9.]+) ms \(ConversationWorkflow (\S+), run \S+ (\d+) jobs"
+)
+
+
+def _largest_activation(harness: Harness, worker: int, conversation: str) -> int:
+    """The most jobs one of the conversation's activations had, as the worker logged them
+    (``TURNS_SLOW_ACTIVATION_MS=0`` logs every activation with its job count)."""
+    log = harness.workers[worker].log_tail(2_000_000)
+    counts = [int(m[3]) for m in _ACTIVATION.finditer(log) if m[2] == conversation]
+    assert counts, "the worker logged none of the conversation's activations"
+    return max(counts)
+
+
+async def test_a_burst_reaches_the_workflow_as_one_job_in_a_new_run(harness: Harness) -> None:
+    """The runner folds a burst of one signal into one job (``durable_turns.signal_fold``):
+    the SDK's cost per signal (an asyncio task each, ~35 µs) is paid once. Old code: the first
+    activation held all 500 signals as 500 jobs."""
+    conversation = harness.conv("folded-new")
+    burst = [("submitMessages", {"messages": "nope", "n": i}) for i in range(500)]
+    await _signals_in_one_activation(harness, conversation, burst)
+    harness.start_worker(TURNS_SLOW_ACTIVATION_MS="0")
+    result = await asyncio.wait_for(
+        harness.send(conversation, "still there?", model="demo:echo"), 60
+    )
+    assert result.status == "completed", result
+    state = await harness.turns.state(conversation)
+    assert state.rejected_count == 500, state.rejected_count
+    assert _largest_activation(harness, 0, conversation) < 10
+
+
+async def test_a_folded_burst_keeps_each_signal_in_its_order_in_a_replayed_run(
+    harness: Harness,
+) -> None:
+    """A conversation with history, its worker gone, then a burst of three kinds of signal:
+    the new worker replays the run (nothing folded there) and folds the new activation's runs
+    of one name; each signal still acts in the order sent (a cancel finds the request before
+    it; the request after it runs)."""
+    first = harness.start_worker()
+    conversation = harness.conv("folded-old")
+    await harness.send(conversation, "hello", model="demo:echo")
+    first.kill()
+    handle = harness.client.get_workflow_handle(conversation)
+    bad = [("submitMessages", {"messages": "nope", "n": i}) for i in range(200)]
+    burst = [
+        *bad,
+        ("submitMessages", _asked("kept", "one")),
+        ("submitMessages", _asked("dropped", "two")),
+        ("cancelChat", {"request_id": "dropped"}),
+        *bad,
+        ("continueLastTurn", {"request_id": "went-on"}),
+        ("submitMessages", _asked("last", "three")),
+    ]
+    for name, arg in burst:  # one at a time: the order sent is the order in the history
+        await handle.signal(name, arg)
+    harness.start_worker(TURNS_SLOW_ACTIVATION_MS="0")
+    results = {
+        rid: await asyncio.wait_for(harness.turns.wait(conversation, rid), 60)
+        for rid in ("kept", "dropped", "went-on", "last")
+    }
+    assert {rid: r.status for rid, r in results.items()} == {
+        "kept": "completed",
+        "dropped": "aborted",
+        "went-on": "completed",
+        "last": "completed",
+    }
+    assert [results[r].turn_number for r in ("kept", "went-on", "last")] == [2, 3, 4]
+    state = await harness.turns.state(conversation)
+    assert state.rejected_count == 400, state.rejected_count
+    assert _largest_activation(harness, 1, conversation) < 20
 
 
 async def test_a_burst_of_costly_tool_results_to_a_turn_with_the_cores_loaded(

@@ -16,6 +16,7 @@ the UI show, and the conversation goes on.
 import asyncio
 import json
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
@@ -53,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         TURN_START_FAILED,
         TURN_STATUS,
         TURN_WORKFLOW,
+        UNKNOWN_SIGNAL,
         UPDATE_SEND,
         UPDATE_START,
         CancelChat,
@@ -72,7 +74,14 @@ with workflow.unsafe.imports_passed_through():
         validation_problems,
     )
     from durable_turns.workflows import options
-    from durable_turns.workflows.intake import ABSENT, Inbox, Rejected, decode, payload_size
+    from durable_turns.workflows.intake import (
+        ABSENT,
+        Inbox,
+        Rejected,
+        decode,
+        payload_size,
+        unfold,
+    )
 
 RECENT = 50
 """How many finished requests ``state`` remembers (and carries over continue-as-new)."""
@@ -100,6 +109,8 @@ runs recorded before sized them as they came (and a continuation inheriting a bo
 
 PATCH_FORWARD_ONE_AT_A_TIME = "conversation-forward-tool-results-one-at-a-time"
 """Tool results reach the turn one signal per workflow task (before: one each, all at once)."""
+
+INBOX_SIGNALS = frozenset({SIGNAL_SUBMIT, SIGNAL_CONTINUE, SIGNAL_CANCEL, SIGNAL_TOOL_RESULT})
 
 PATCH_INBOX = "conversation-signals-through-inbox"
 """Signals are put in the inbox as they come and parsed a bounded amount per workflow task
@@ -160,8 +171,15 @@ class ConversationWorkflow:
         self._tool_result_bytes = 0
         self._forwarder: asyncio.Task[None] | None = None
         self._inbox = Inbox(self._take)
+        self.foldable_signals: frozenset[str] | None = None
+        """What the worker's runner may fold into one job (``intake.FOLDABLE_SIGNALS``): the
+        four signals once this run takes them through the inbox, none in a run recorded
+        before it, None until the first signal tells."""
 
     # --- the loop -------------------------------------------------------------------------
+
+    FOLDABLE_LIVE = INBOX_SIGNALS
+    """What the runner may fold before the run knows (``intake.FOLDABLE_LIVE``)."""
 
     @workflow.run
     async def run(self, input: ConversationInput | None = None) -> None:
@@ -404,7 +422,7 @@ class ConversationWorkflow:
     def _receive(self, kind: str, raw: RawValue) -> None:
         """A signal as it arrives: into the inbox (O(1), nothing parsed), or, in runs recorded
         before the inbox, taken at once."""
-        if not workflow.patched(PATCH_INBOX):
+        if not self._through_inbox():
             self._take(kind, raw)
             return
         limit, what = (
@@ -420,6 +438,31 @@ class ConversationWorkflow:
         if drain is not None:
             self._responses.add(drain)
             drain.add_done_callback(self._responses.discard)
+
+    @workflow.signal(dynamic=True)
+    def any_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """A burst the worker's runner folded into one job (``durable_turns.signal_fold``):
+        each payload goes into the inbox as its own signal would have; or a signal of a name the
+        conversation does not take, recorded as rejected (``UnknownSignal``) rather than kept
+        waiting for a handler that never comes."""
+        kind = unfold(name)
+        if kind is not None and kind in INBOX_SIGNALS:
+            for raw in args:
+                self._receive(kind, raw)
+            return
+        shown = name[:100] + ("…" if len(name) > 100 else "")
+        self._reject(
+            None,
+            UNKNOWN_SIGNAL,
+            f"no signal named {shown!r}: a conversation takes {', '.join(sorted(INBOX_SIGNALS))}",
+        )
+
+    def _through_inbox(self) -> bool:
+        """Whether this run takes signals through the inbox (``PATCH_INBOX``), and so whether
+        the worker's runner may fold them (one workflow.patched answer for the whole run)."""
+        through = workflow.patched(PATCH_INBOX)
+        self.foldable_signals = INBOX_SIGNALS if through else frozenset()
+        return through
 
     def _take(self, kind: str, raw: RawValue) -> None:
         """Parse and act on one signal (what its handler did before the inbox)."""
@@ -597,7 +640,7 @@ class ConversationWorkflow:
         Forwarded one signal per workflow task: each is up to MAX_TOOL_RESULT_BYTES, and a
         burst forwarded at once (one command each, in one task's completion) went past gRPC's
         4 MiB message limit, and Temporal terminates a workflow whose task cannot be sent."""
-        if workflow.patched(PATCH_INBOX):
+        if self._through_inbox():
             self._receive(SIGNAL_TOOL_RESULT, raw)
             return
         # as runs recorded before the inbox did it, in this order

@@ -11,7 +11,7 @@ module imports none of their code into the sandbox.
 # outside the sandbox).
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         TURN_SIGNAL_TOOL_RESULT,
         TURN_STATUS,
         TURN_WORKFLOW,
+        UNKNOWN_SIGNAL,
         BeginTurnInput,
         ChatResponseInput,
         CompactInput,
@@ -62,7 +63,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from durable_turns.messages import Usage
     from durable_turns.workflows import options
-    from durable_turns.workflows.intake import ABSENT, Inbox, Rejected, decode
+    from durable_turns.workflows.intake import ABSENT, Inbox, Rejected, decode, unfold
 
 
 T = TypeVar("T")
@@ -70,6 +71,9 @@ T = TypeVar("T")
 
 @workflow.defn(name=TURN_WORKFLOW)
 class TurnWorkflow:
+    FOLDABLE_LIVE = frozenset({TURN_SIGNAL_TOOL_RESULT})
+    """What the runner may fold before the run knows (``intake.FOLDABLE_LIVE``)."""
+
     def __init__(self) -> None:
         self._status = "starting"
         self._step = 0
@@ -84,6 +88,10 @@ class TurnWorkflow:
         """Resolutions held for calls the turn is not (yet) waiting on."""
         self._rejected: list[str] = []
         self._inbox = Inbox(self._take_tool_result)
+        self.foldable_signals: frozenset[str] | None = None
+        """What the worker's runner may fold into one job (``intake.FOLDABLE_SIGNALS``): the
+        tool result signal once this run takes it through the inbox, nothing in a run
+        recorded before it, None until the first signal tells."""
         self._awaited_client = False
         self._completed = 0
         """Model steps of the current run that the history says completed."""
@@ -113,13 +121,28 @@ class TurnWorkflow:
         Kept as it came and read a bounded amount per workflow task (``intake.Inbox``): a
         burst of large lists of results costs many short tasks, not one past the detector."""
         if not workflow.patched(PATCH_TOOL_RESULT_INBOX):
+            self.foldable_signals = frozenset()
             self._take_tool_result(TURN_SIGNAL_TOOL_RESULT, raw)
             return
+        self.foldable_signals = self.FOLDABLE_LIVE
         try:
             self._inbox.offer(TURN_SIGNAL_TOOL_RESULT, raw, MAX_TOOL_RESULT_BYTES, "tool result")
         except Rejected as e:
             self._rejected.append(f"{e.type}: {e.message}")
             del self._rejected[:-10]
+
+    @workflow.signal(dynamic=True)
+    def any_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """A burst of tool results the worker's runner folded into one job
+        (``durable_turns.signal_fold``), each taken as its own signal would have been; or a
+        signal the turn does not take, noted as rejected."""
+        if unfold(name) in self.FOLDABLE_LIVE:
+            for raw in args:
+                self.tool_result(raw)
+            return
+        shown = name[:100] + ("…" if len(name) > 100 else "")
+        self._rejected.append(f"{UNKNOWN_SIGNAL}: no signal named {shown!r}")
+        del self._rejected[:-10]
 
     def _take_tool_result(self, _kind: str, raw: RawValue) -> None:
         try:
