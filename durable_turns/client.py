@@ -33,6 +33,7 @@ from durable_turns.contract import (
     HANDED_OVER,
     QUERY_STATE,
     REGENERATE_LAST,
+    SIGNAL_ADD,
     SIGNAL_CANCEL,
     SIGNAL_CONTINUE,
     SIGNAL_SUBMIT,
@@ -44,6 +45,7 @@ from durable_turns.contract import (
     InvalidId,
     RequestRecord,
     TurnResult,
+    added_request_id,
     check_conversation_id,
     id_problem,
     regenerate_problem,
@@ -282,6 +284,28 @@ class TurnsClient:
         req = self.request(content, model=model, body=body, request_id=request_id)
         await self._signal_with_start(conversation_id, SIGNAL_SUBMIT, req)
         return str(req["request_id"])
+
+    async def add_messages(
+        self,
+        conversation_id: str,
+        messages: str | list[Message],
+        *,
+        request_id: str | None = None,
+    ) -> str:
+        """Append messages to the transcript without running a turn (Think's
+        ``addMessages()``; signal-with-start), after the turns queued before them; returns the
+        request id. A string is one user message. Idempotent: by ``request_id``, or, without
+        one, by the messages' ids when every message has one."""
+        items = [user_message(messages)] if isinstance(messages, str) else messages
+        if request_id is not None and (problem := id_problem(request_id, "request id")):
+            raise InvalidId(problem)
+        payload: dict[str, Any] = {"messages": [m.model_dump(mode="json") for m in items]}
+        if request_id is None and not all(m.id for m in items):
+            request_id = str(uuid.uuid4())
+        if request_id is not None:
+            payload["request_id"] = request_id
+        await self._signal_with_start(conversation_id, SIGNAL_ADD, payload)
+        return request_id or str(added_request_id([m.id for m in items]))
 
     async def continue_last_turn(
         self,

@@ -8,6 +8,7 @@ compatibility data: running workflows replay against them, so never rename them 
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 from typing import Any, Literal
@@ -35,6 +36,9 @@ SIGNAL_CONTINUE = "continueLastTurn"
 SIGNAL_CANCEL = "cancelChat"
 SIGNAL_TOOL_RESULT = "submitToolResult"
 """On the conversation: a client tool's result or an approval, for the running turn."""
+SIGNAL_ADD = "addMessages"
+"""Messages appended to the transcript without a turn (Think's ``addMessages()``), in the
+order of the turn queue."""
 TURN_SIGNAL_TOOL_RESULT = "toolResult"
 """The same, sent to a turn directly."""
 UPDATE_SEND = "sendMessage"
@@ -54,6 +58,8 @@ FINISH_TURN = "finish_turn"
 FAIL_TURN = "fail_turn"
 CHAT_RESPONSE = "chat_response"
 INTAKE_PAUSE = "intake_pause"
+ADD_MESSAGES = "add_messages"
+"""The activity that appends an ``addMessages`` request's messages to the transcript."""
 """A local activity that does nothing: the inbox schedules it to end one workflow activation
 between two rounds of parsing signals (a timer would wait the server's timer tick, ~1 s)."""
 
@@ -302,6 +308,22 @@ class _Wire(BaseModel):
 # --- what clients send ---------------------------------------------------------------------
 
 
+def _checked_messages(messages: list[Message]) -> list[Message]:
+    """Every message has content; client ids follow the id rules, each once."""
+    seen: set[str] = set()
+    for i, message in enumerate(messages):
+        if not message.parts:
+            raise ValueError(f"message {i} has no content")
+        if message.id:
+            problem = message_id_problem(message.id)
+            if problem:
+                raise ValueError(f"message {i}: {problem}")
+            if message.id in seen:
+                raise ValueError(f"message {i}: id {message.id!r} is used twice")
+            seen.add(message.id)
+    return messages
+
+
 class SubmitMessages(_Wire):
     """``submitMessages`` signal / ``sendMessage`` / ``startTurn`` update: new messages that
     start a turn, or (``regenerate``) a turn that answers an earlier user message again."""
@@ -326,18 +348,7 @@ class SubmitMessages(_Wire):
     @field_validator("messages")
     @classmethod
     def _not_empty(cls, messages: list[Message]) -> list[Message]:
-        seen: set[str] = set()
-        for i, message in enumerate(messages):
-            if not message.parts:
-                raise ValueError(f"message {i} has no content")
-            if message.id:
-                problem = message_id_problem(message.id)
-                if problem:
-                    raise ValueError(f"message {i}: {problem}")
-                if message.id in seen:
-                    raise ValueError(f"message {i}: id {message.id!r} is used twice")
-                seen.add(message.id)
-        return messages
+        return _checked_messages(messages)
 
     @field_validator("request_id")
     @classmethod
@@ -377,6 +388,44 @@ def _valid_request_id(value: str | None) -> str | None:
     if problem:
         raise ValueError(problem)
     return value
+
+
+def added_request_id(message_ids: list[str]) -> str | None:
+    """The request id an ``addMessages`` request without one gets when every message has an
+    id (None when one has none)."""
+    if not message_ids or not all(message_ids):
+        return None
+    digest = hashlib.sha256("\0".join(message_ids).encode()).hexdigest()
+    return f"add-{digest[:32]}"
+
+
+class AddMessages(_Wire):
+    """``addMessages`` signal: messages appended to the transcript without running a turn
+    (Think's ``addMessages()``): a system event, a note from a back office. Queued with the
+    turns, so they land after the turns requested before them and before those requested
+    after; the next turn's context has them."""
+
+    messages: list[Message] = Field(min_length=1, fail_fast=True)
+    """At least one; any role. Ids as in ``submitMessages`` (scoped to the request id)."""
+    request_id: str | None = None
+    """Idempotency: a request id the conversation knows is accepted once, and the store keeps
+    a message id once. Without it, a request whose every message has an id gets one derived
+    from those ids (so a re-sent note is a no-op); otherwise a new one."""
+
+    @field_validator("messages")
+    @classmethod
+    def _checked(cls, messages: list[Message]) -> list[Message]:
+        return _checked_messages(messages)
+
+    def derived_request_id(self) -> str | None:
+        """Without a request id, when every message has an id: one derived from those ids,
+        so the same messages sent again are added once (None otherwise)."""
+        return added_request_id([m.id for m in self.messages])
+
+    @field_validator("request_id")
+    @classmethod
+    def _request_id(cls, value: str | None) -> str | None:
+        return _valid_request_id(value)
 
 
 class ContinueLastTurn(_Wire):
@@ -431,7 +480,7 @@ class PendingRequest(_Wire):
 
     request_id: str
     kind: str = "submit"
-    """``submit``, ``continue`` or ``regenerate``."""
+    """``submit``, ``continue``, ``regenerate`` or ``add`` (``addMessages``: no turn)."""
     messages: list[Message] = Field(default_factory=list)
     body: dict[str, Any] = Field(default_factory=dict)
     model: str | None = None
@@ -527,7 +576,7 @@ class RequestRecord(_Wire):
     """What ``state`` shows of one request."""
 
     request_id: str
-    kind: Literal["submit", "continue", "regenerate"] = "submit"
+    kind: Literal["submit", "continue", "regenerate", "add"] = "submit"
     status: RequestStatus = "queued"
     turn_number: int | None = None
     error: ErrorInfo | None = None
