@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from durable_turns.activities import isolation
+from durable_turns.config import Settings
 from tests.support.harness import Harness
 from tests.support.load import busy_cores
 
@@ -92,3 +94,12 @@ async def test_blocking_async_user_code_delays_only_its_own_turn(
     label = {"tool": "tool block_async", "hook": "hook before_turn"}.get(kind)
     label = label or {"on_chunk": "hook on_chunk", "transform": "stream transform"}[kind]
     assert f"by {label}" in log
+
+
+def test_the_pool_of_user_loops_is_a_bounded_setting() -> None:
+    assert Settings().user_loops == isolation.USER_LOOPS == 32
+    for bad in (-1, isolation.MAX_USER_LOOPS + 1):
+        with pytest.raises(ValueError, match="TURNS_USER_LOOPS must be 0"):
+            Settings(user_loops=bad)
+        with pytest.raises(ValueError, match="TURNS_USER_LOOPS must be 0"):
+            isolation.configure(bad)

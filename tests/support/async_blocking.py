@@ -28,7 +28,7 @@ _on_chunk_blocks: set[str] = set()
 def block(where: str) -> None:
     with open(os.environ["TEST_HOOK_LOG"], "a") as f:
         f.write(json.dumps({"hook": "blocking", "in": where, "pid": os.getpid()}) + "\n")
-    time.sleep(float(os.environ.get("TEST_BLOCK_S", "15")))  # noqa: ASYNC251 (on purpose)
+    time.sleep(float(os.environ.get("TEST_BLOCK_S", "15")))
 
 
 class AsyncBlockingHooks(TurnHooks):
