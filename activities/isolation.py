@@ -243,19 +243,25 @@ class Lease:
                 return fn(*args)
         done: concurrent.futures.Future[T] = concurrent.futures.Future()
         context = contextvars.copy_context()
+        user = self.user
+        with _pool.lock:
+            user.calls += 1  # until fn has returned, even if the caller gave up first
 
         def invoke() -> None:
-            if not done.set_running_or_notify_cancel():
-                return
             try:
-                with loopwatch.running_here(label):
-                    result = context.run(fn, *args)
-            except BaseException as e:
-                done.set_exception(e)
-            else:
-                done.set_result(result)
+                if not done.set_running_or_notify_cancel():
+                    return
+                try:
+                    with loopwatch.running_here(label):
+                        result = context.run(fn, *args)
+                except BaseException as e:
+                    done.set_exception(e)
+                else:
+                    done.set_result(result)
+            finally:
+                _pool.release(user)
 
-        self.user.loop.call_soon_threadsafe(invoke)
+        user.loop.call_soon_threadsafe(invoke)
         return await asyncio.wrap_future(done)
 
 
@@ -324,9 +330,25 @@ class ChunkStage:
         await asyncio.wrap_future(idle)
 
     def close(self) -> None:
-        """End the stage: chunks not yet observed (a step cancelled mid-stream) are dropped."""
-        user, task = self.lease.user, self.task
-        if user is not None and task is not None:
+        """End the stage: chunks not yet observed (a step cancelled mid-stream) are dropped.
+        The loop is handed back when the stage's last call has ended."""
+        user = self.lease.user
+        if user is None:
+            return
+        self.lease.user = None
+        with self.lock:
             self.pending.clear()
-            user.loop.call_soon_threadsafe(task.cancel)
-        self.lease.close()
+            busy = self.running
+        if not busy:
+            _pool.release(user)
+            return
+
+        def stop() -> None:  # on the user loop, after the stage's task was created
+            task = self.task
+            if task is None or task.done():
+                _pool.release(user)
+                return
+            task.add_done_callback(lambda _: _pool.release(user))
+            task.cancel()
+
+        user.loop.call_soon_threadsafe(stop)

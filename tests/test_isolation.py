@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
+import threading
 import time
 from typing import Any
 
@@ -103,3 +105,85 @@ def test_the_pool_of_user_loops_is_a_bounded_setting() -> None:
             Settings(user_loops=bad)
         with pytest.raises(ValueError, match="TURNS_USER_LOOPS must be 0"):
             isolation.configure(bad)
+
+
+# --- the pool itself: real loops on real threads, no worker -----------------------------------
+
+_seen: contextvars.ContextVar[str] = contextvars.ContextVar("seen", default="unset")
+
+
+async def test_a_call_runs_on_a_user_loop_with_the_callers_context() -> None:
+    here = threading.get_ident()
+    _seen.set("the caller's")
+
+    async def call() -> tuple[int, str, bool]:
+        return threading.get_ident(), _seen.get(), isolation.on_user_loop()
+
+    thread, seen, on_user_loop = await isolation.run("test call", call)
+    assert thread != here and seen == "the caller's" and on_user_loop
+    assert not isolation.on_user_loop()
+
+
+async def test_a_blocked_loop_is_not_handed_out_again_until_its_call_ends() -> None:
+    started, release = threading.Event(), threading.Event()
+    blocked_on: list[int] = []
+
+    async def blocks() -> None:
+        blocked_on.append(threading.get_ident())
+        started.set()
+        release.wait(10)  # blocks its loop, as time.sleep would
+
+    async def quick() -> int:
+        return threading.get_ident()
+
+    blocked = asyncio.create_task(isolation.run("test blocks", blocks))
+    await asyncio.to_thread(started.wait, 10)
+    blocked.cancel()  # the caller gives up at once; the call is still blocked on its loop
+    with pytest.raises(asyncio.CancelledError):
+        await blocked
+    try:  # each of these would wait 10 s on the blocked loop
+        others = [await asyncio.wait_for(isolation.run("test quick", quick), 2) for _ in range(5)]
+    finally:
+        release.set()
+    assert blocked_on[0] not in others and threading.get_ident() not in others
+
+
+async def test_cancelling_the_caller_cancels_the_call_on_its_loop() -> None:
+    cancelled = threading.Event()
+
+    async def waits() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    task = asyncio.create_task(isolation.run("test waits", waits))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await asyncio.to_thread(cancelled.wait, 5)
+
+
+async def test_a_chunk_stage_sees_every_chunk_in_order_before_drain_returns() -> None:
+    seen: list[int] = []
+    threads: set[int] = set()
+
+    async def observe(chunk: int) -> None:
+        threads.add(threading.get_ident())
+        if chunk % 100 == 0:
+            await asyncio.sleep(0.001)  # the stage falls behind; pushes never wait
+        seen.append(chunk)
+
+    stage = isolation.ChunkStage(observe, "test on_chunk")
+    try:
+        for i in range(1000):
+            await stage.push(i)
+            if i % 16 == 0:
+                await asyncio.sleep(0)
+        await asyncio.wait_for(stage.drain(), 10)
+    finally:
+        stage.close()
+    assert seen == list(range(1000))
+    assert len(threads) == 1 and threading.get_ident() not in threads
