@@ -8,12 +8,14 @@ chunk stream and watched for stalls (``activities.streaming``).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator, Callable
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import context as ctx_build
+from durable_turns.activities import isolation
 from durable_turns.activities.context import request_metadata
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.errors import (
@@ -47,7 +49,12 @@ from durable_turns.models import ModelProvider, ModelRequest, ProviderError
 from durable_turns.store import StepRecord
 from durable_turns.streams import ChunkPublisher
 from durable_turns.tools import ToolRegistry
-from durable_turns.transforms import UnknownTransform, apply_transforms, resolve_transforms
+from durable_turns.transforms import (
+    UnknownTransform,
+    apply_transforms,
+    is_builtin,
+    resolve_transforms,
+)
 
 
 class ModelStepActivities:
@@ -180,32 +187,48 @@ class ModelStepActivities:
         overflow. With ``send_reasoning`` off, reasoning reaches neither the hooks nor the
         live stream."""
         stream: AsyncIterator[StreamPart] = provider.stream(request)
+        lease = None
         if config.experimental_transform:
             try:
-                stream = apply_transforms(stream, resolve_transforms(config.experimental_transform))
+                transforms = resolve_transforms(config.experimental_transform)
             except UnknownTransform as e:
                 raise ApplicationError(str(e), type=INVALID_REQUEST, non_retryable=True) from e
+            if not all(is_builtin(t) for t in transforms):  # the built-ins never block
+                lease = isolation.Lease()  # one user loop for the step's transforms
+            run = None if lease is None else functools.partial(lease.call, "stream transform")
+            stream = apply_transforms(stream, transforms, run)
         sends_reasoning = config.send_reasoning is not False
         on_chunk = self.deps.lifecycle.chunk_handler(
             inp.step, inp.turn.request_id, sends_reasoning, turn=inp.turn
         )
         sink = None if publisher is None else _client_sink(publisher, sends_reasoning)
+        # on_chunk runs on a user loop kept for the step, in order; the step waits for it
+        stage = None if on_chunk is None else isolation.ChunkStage(on_chunk, "hook on_chunk")
         try:
-            return await consume(
+            done = await consume(
                 stream,
                 stall_timeout_ms=self.deps.stall_ms(config),
                 heartbeat=activity.heartbeat,
                 heartbeat_every_s=self.deps.stream_beat_every,
-                on_chunk=on_chunk,
+                on_chunk=None if stage is None else stage.push,
                 sink=sink,
                 snapshot=snapshot,
             )
+            if stage is not None:  # the step is alive while its last chunks are observed
+                async with keep_alive(self.deps.stream_beat_every):
+                    await stage.drain()
+            return done
         except StreamStalled as e:
             raise ApplicationError(str(e), type=STREAM_STALLED) from e
         except ProviderError as e:
             if await self._is_overflow(e, inp.turn):
                 return StepSummary(step=inp.step, outcome="context_overflow", error=str(e))
             raise provider_failure(e) from e
+        finally:
+            if stage is not None:
+                stage.close()
+            if lease is not None:
+                lease.close()
 
     async def _is_overflow(self, error: ProviderError, ref: TurnRef) -> bool:
         """Whether a failed step is a context overflow the workflow should recover from."""

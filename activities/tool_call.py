@@ -6,6 +6,7 @@ runs the tool twice once it has finished; tools receive that id as an idempotenc
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from typing import Any
@@ -14,6 +15,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import context as ctx_build
+from durable_turns.activities import isolation
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.heartbeats import keep_alive
 from durable_turns.activities.lifecycle import OnChunk
@@ -27,7 +29,7 @@ from durable_turns.contract import (
     ToolResolution,
 )
 from durable_turns.hooks.types import ToolCallContext, ToolCallResultContext
-from durable_turns.messages import ToolCallPart, ToolResultChunk, copied
+from durable_turns.messages import StreamPart, ToolCallPart, ToolResultChunk, copied
 from durable_turns.store import StepRecord, ToolResultRecord, TurnRecord
 from durable_turns.tools import ToolContext
 
@@ -51,7 +53,7 @@ class ToolCallActivities:
             s.name for s in self.deps.tool_specs(config, step.active_tools, model=step.model)
         }
         ctx = await self._tool_call_context(turn, steps, inp.step, call)
-        on_chunk = self.deps.lifecycle.chunk_handler(inp.step, ref.request_id, turn=ref)
+        on_chunk = _isolated(self.deps.lifecycle.chunk_handler(inp.step, ref.request_id, turn=ref))
         started = time.monotonic()
         async with keep_alive(self.deps.beat_every):
             run = await run_tool_call(
@@ -191,6 +193,17 @@ def _result_chunk(
         is_error=is_error,
         preliminary=preliminary,
     )
+
+
+def _isolated(observe: OnChunk | None) -> OnChunk | None:
+    """``on_chunk`` for the few chunks of a tool call: each call on a user loop."""
+    if observe is None:
+        return None
+
+    async def on_chunk(chunk: StreamPart) -> None:
+        await isolation.run("hook on_chunk", functools.partial(observe, chunk))
+
+    return on_chunk
 
 
 def _preliminaries(on_chunk: OnChunk | None, call: ToolCallPart) -> Any:
