@@ -293,7 +293,20 @@ def turn_id(conversation_id: str, turn_number: int) -> str:
 
 
 class _Wire(BaseModel):
+    """What a client sends: an unknown key is a typed rejection (a typo is never ignored)."""
+
     model_config = ConfigDict(extra="forbid")
+
+
+class _Internal(BaseModel):
+    """What the engine's own workflows and activities hand each other (activity inputs and
+    results, a turn's input and result, what a conversation keeps of its requests), and what
+    it answers clients with: a tolerant reader. During a rolling deploy two versions of the
+    worker serve one task queue, and either may read what the other wrote: unknown fields
+    are ignored and a field a newer version added has a default (docs/deployment.md,
+    "Rolling deploys")."""
+
+    model_config = ConfigDict(extra="ignore")
 
 
 # --- what clients send ---------------------------------------------------------------------
@@ -423,7 +436,7 @@ class ConversationSettings(_Wire):
         return value
 
 
-class PendingRequest(_Wire):
+class PendingRequest(_Internal):
     """A queued request, as a conversation holds it (and carries over continue-as-new)."""
 
     request_id: str
@@ -463,7 +476,7 @@ TurnStatus = Literal["completed", "error", "aborted", "skipped"]
 RequestStatus = Literal["queued", "running", "completed", "error", "aborted", "skipped", "rejected"]
 
 
-class ErrorInfo(_Wire):
+class ErrorInfo(_Internal):
     type: str
     message: str
     """At most :data:`MAX_ERROR_MESSAGE_CHARS` (cut with ``…``)."""
@@ -477,7 +490,7 @@ class ErrorInfo(_Wire):
         return _cut(value, limit)
 
 
-class TurnInput(_Wire):
+class TurnInput(_Internal):
     """Input of ``TurnWorkflow``. Carries the new messages only, never the transcript."""
 
     conversation_id: str
@@ -493,7 +506,7 @@ class TurnInput(_Wire):
     every other turn."""
 
 
-class TurnResult(_Wire):
+class TurnResult(_Internal):
     request_id: str
     conversation_id: str
     turn_number: int
@@ -520,7 +533,7 @@ class TurnResult(_Wire):
     """``"41.2k in · 93% cached · 1.1k out · $0.0210"``."""
 
 
-class RequestRecord(_Wire):
+class RequestRecord(_Internal):
     """What ``state`` shows of one request."""
 
     request_id: str
@@ -533,7 +546,7 @@ class RequestRecord(_Wire):
     a ``~<suffix>`` when something else had taken it."""
 
 
-class ConversationState(_Wire):
+class ConversationState(_Internal):
     """The ``state`` query's answer."""
 
     conversation_id: str
@@ -558,7 +571,7 @@ class ConversationState(_Wire):
 # --- activity I/O --------------------------------------------------------------------------
 
 
-class TurnRef(_Wire):
+class TurnRef(_Internal):
     """Identifies a turn; every activity input starts from it."""
 
     conversation_id: str
@@ -576,7 +589,7 @@ class TurnRef(_Wire):
         return turn_id(self.conversation_id, self.turn_number)
 
 
-class StopCondition(_Wire):
+class StopCondition(_Internal):
     """A declarative stop condition (functions cannot cross a workflow boundary)."""
 
     kind: Literal["has_tool_call", "step_count_is"]
@@ -584,7 +597,7 @@ class StopCondition(_Wire):
     count: int | None = None
 
 
-class BeginTurnInput(_Wire):
+class BeginTurnInput(_Internal):
     turn: TurnRef
     new_messages: list[Message] = Field(default_factory=list)
     continuation: bool = False
@@ -597,7 +610,7 @@ class BeginTurnInput(_Wire):
     """Mark the reply this names superseded by the turn before assembling its context."""
 
 
-class TurnPlan(_Wire):
+class TurnPlan(_Internal):
     """What ``begin_turn`` decided (the full TurnConfig stays in the store)."""
 
     model: str
@@ -619,14 +632,14 @@ class TurnPlan(_Wire):
     max_compactions: int = 1
 
 
-class ModelStepInput(_Wire):
+class ModelStepInput(_Internal):
     turn: TurnRef
     step: int
     model: str
     attempt: int = 0
 
 
-class ToolCallRef(_Wire):
+class ToolCallRef(_Internal):
     tool_call_id: str
     tool_name: str
     timeout_s: float | None = None
@@ -635,7 +648,7 @@ class ToolCallRef(_Wire):
     """The tool's ``@tool(retries=…)``."""
 
 
-class StepSummary(_Wire):
+class StepSummary(_Internal):
     """What the workflow learns of a model step: small, whatever the context size."""
 
     step: int
@@ -647,7 +660,7 @@ class StepSummary(_Wire):
     error: str | None = None
 
 
-class ToolCallInput(_Wire):
+class ToolCallInput(_Internal):
     turn: TurnRef
     step: int
     tool_call_id: str
@@ -672,7 +685,7 @@ ToolCallOutcome = Literal[
 """
 
 
-class ToolOutcome(_Wire):
+class ToolOutcome(_Internal):
     tool_call_id: str
     tool_name: str
     success: bool
@@ -682,7 +695,7 @@ class ToolOutcome(_Wire):
     """The call waits for the client: its result, or an approval."""
 
 
-class FinishTurnInput(_Wire):
+class FinishTurnInput(_Internal):
     turn: TurnRef
     steps: int
     status: TurnStatus = "completed"
@@ -694,14 +707,14 @@ class FinishTurnInput(_Wire):
     turn, which the turn's ``turn-finish`` stream event names (``continued_by_turn``)."""
 
 
-class FailTurnInput(_Wire):
+class FailTurnInput(_Internal):
     turn: TurnRef
     steps: int
     error: ErrorInfo
     continuation: bool = False
 
 
-class CompactInput(_Wire):
+class CompactInput(_Internal):
     turn: TurnRef
     model: str
     reason: Literal["overflow", "proactive"] = "overflow"
@@ -709,7 +722,7 @@ class CompactInput(_Wire):
     """Compactions of this turn so far (keys the stored summary)."""
 
 
-class CompactResult(_Wire):
+class CompactResult(_Internal):
     shortened: bool
     tokens_before: int
     tokens_after: int
@@ -717,5 +730,5 @@ class CompactResult(_Wire):
     reason: str = ""
 
 
-class ChatResponseInput(_Wire):
+class ChatResponseInput(_Internal):
     result: TurnResult
