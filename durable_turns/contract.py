@@ -298,7 +298,7 @@ class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class _Internal(BaseModel):
+class Internal(BaseModel):
     """What the engine's own workflows and activities hand each other (activity inputs and
     results, a turn's input and result, what a conversation keeps of its requests), and what
     it answers clients with: a tolerant reader. During a rolling deploy two versions of the
@@ -436,7 +436,7 @@ class ConversationSettings(_Wire):
         return value
 
 
-class PendingRequest(_Internal):
+class PendingRequest(Internal):
     """A queued request, as a conversation holds it (and carries over continue-as-new)."""
 
     request_id: str
@@ -476,7 +476,7 @@ TurnStatus = Literal["completed", "error", "aborted", "skipped"]
 RequestStatus = Literal["queued", "running", "completed", "error", "aborted", "skipped", "rejected"]
 
 
-class ErrorInfo(_Internal):
+class ErrorInfo(Internal):
     type: str
     message: str
     """At most :data:`MAX_ERROR_MESSAGE_CHARS` (cut with ``…``)."""
@@ -490,7 +490,7 @@ class ErrorInfo(_Internal):
         return _cut(value, limit)
 
 
-class TurnInput(_Internal):
+class TurnInput(Internal):
     """Input of ``TurnWorkflow``. Carries the new messages only, never the transcript."""
 
     conversation_id: str
@@ -506,7 +506,7 @@ class TurnInput(_Internal):
     every other turn."""
 
 
-class TurnResult(_Internal):
+class TurnResult(Internal):
     request_id: str
     conversation_id: str
     turn_number: int
@@ -533,7 +533,7 @@ class TurnResult(_Internal):
     """``"41.2k in · 93% cached · 1.1k out · $0.0210"``."""
 
 
-class RequestRecord(_Internal):
+class RequestRecord(Internal):
     """What ``state`` shows of one request."""
 
     request_id: str
@@ -546,7 +546,7 @@ class RequestRecord(_Internal):
     a ``~<suffix>`` when something else had taken it."""
 
 
-class ConversationState(_Internal):
+class ConversationState(Internal):
     """The ``state`` query's answer."""
 
     conversation_id: str
@@ -571,7 +571,7 @@ class ConversationState(_Internal):
 # --- activity I/O --------------------------------------------------------------------------
 
 
-class TurnRef(_Internal):
+class TurnRef(Internal):
     """Identifies a turn; every activity input starts from it."""
 
     conversation_id: str
@@ -589,7 +589,7 @@ class TurnRef(_Internal):
         return turn_id(self.conversation_id, self.turn_number)
 
 
-class StopCondition(_Internal):
+class StopCondition(Internal):
     """A declarative stop condition (functions cannot cross a workflow boundary)."""
 
     kind: Literal["has_tool_call", "step_count_is"]
@@ -597,7 +597,7 @@ class StopCondition(_Internal):
     count: int | None = None
 
 
-class BeginTurnInput(_Internal):
+class BeginTurnInput(Internal):
     turn: TurnRef
     new_messages: list[Message] = Field(default_factory=list)
     continuation: bool = False
@@ -610,7 +610,7 @@ class BeginTurnInput(_Internal):
     """Mark the reply this names superseded by the turn before assembling its context."""
 
 
-class TurnPlan(_Internal):
+class TurnPlan(Internal):
     """What ``begin_turn`` decided (the full TurnConfig stays in the store)."""
 
     model: str
@@ -632,14 +632,14 @@ class TurnPlan(_Internal):
     max_compactions: int = 1
 
 
-class ModelStepInput(_Internal):
+class ModelStepInput(Internal):
     turn: TurnRef
     step: int
     model: str
     attempt: int = 0
 
 
-class ToolCallRef(_Internal):
+class ToolCallRef(Internal):
     tool_call_id: str
     tool_name: str
     timeout_s: float | None = None
@@ -648,7 +648,7 @@ class ToolCallRef(_Internal):
     """The tool's ``@tool(retries=…)``."""
 
 
-class StepSummary(_Internal):
+class StepSummary(Internal):
     """What the workflow learns of a model step: small, whatever the context size."""
 
     step: int
@@ -660,7 +660,7 @@ class StepSummary(_Internal):
     error: str | None = None
 
 
-class ToolCallInput(_Internal):
+class ToolCallInput(Internal):
     turn: TurnRef
     step: int
     tool_call_id: str
@@ -685,7 +685,7 @@ ToolCallOutcome = Literal[
 """
 
 
-class ToolOutcome(_Internal):
+class ToolOutcome(Internal):
     tool_call_id: str
     tool_name: str
     success: bool
@@ -695,7 +695,7 @@ class ToolOutcome(_Internal):
     """The call waits for the client: its result, or an approval."""
 
 
-class FinishTurnInput(_Internal):
+class FinishTurnInput(Internal):
     turn: TurnRef
     steps: int
     status: TurnStatus = "completed"
@@ -707,14 +707,14 @@ class FinishTurnInput(_Internal):
     turn, which the turn's ``turn-finish`` stream event names (``continued_by_turn``)."""
 
 
-class FailTurnInput(_Internal):
+class FailTurnInput(Internal):
     turn: TurnRef
     steps: int
     error: ErrorInfo
     continuation: bool = False
 
 
-class CompactInput(_Internal):
+class CompactInput(Internal):
     turn: TurnRef
     model: str
     reason: Literal["overflow", "proactive"] = "overflow"
@@ -722,7 +722,7 @@ class CompactInput(_Internal):
     """Compactions of this turn so far (keys the stored summary)."""
 
 
-class CompactResult(_Internal):
+class CompactResult(Internal):
     shortened: bool
     tokens_before: int
     tokens_after: int
@@ -730,5 +730,5 @@ class CompactResult(_Internal):
     reason: str = ""
 
 
-class ChatResponseInput(_Internal):
+class ChatResponseInput(Internal):
     result: TurnResult

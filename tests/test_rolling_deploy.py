@@ -4,21 +4,26 @@ During a rolling deploy the old and the new worker serve one task queue: a turn'
 tasks go to either, and each of its activities to either. What one version writes (an
 activity's input or result, a turn's input or result) the other reads.
 
-* ``test_the_previous_release_beside_this_one``: the previous release's worker, a
-  ``git archive`` of :data:`PREVIOUS_RELEASE` run from the test's tmp dir with the same
-  virtualenv, beside this one; turns started on each; both serve activities; every turn
-  completes. Skipped, saying why, where the repository's history is not at hand.
+* ``test_an_earlier_release_beside_this_one``: an earlier release's worker (each of
+  :data:`RELEASES`), a ``git archive`` of its commit run from the test's tmp dir with the
+  same virtualenv, beside this one; turns started on each; both serve activities; no
+  workflow task fails on the other version's payload; every turn completes. Skipped,
+  saying why, where the repository's history is not at hand. Without the lean writer
+  (``codec.LeanJSONPayloadConverter``) the release from before ``regenerate`` fails the
+  turns' workflow tasks: "Failed decoding arguments" (``regenerate: null`` is an extra
+  input to its ``TurnInput``).
 * ``test_a_next_release_with_new_fields_beside_this_one``: a worker of this code that adds
   a field to every internal model it writes (what the next release adding a field to
-  ``TurnRef`` does; ``tests/support/next_release``) beside this one. With strict models
-  (``extra="forbid"``, before this change) this worker rejected those payloads: the turns
-  whose activities met it spent their retries and failed ("Extra inputs are not permitted").
+  ``TurnRef`` does; ``tests/support/next_release``) beside this one. With the strict
+  readers of the release before this change, the turns never completed ("Failed decoding
+  arguments" on every attempt).
 """
 
 from __future__ import annotations
 
 import asyncio
 import subprocess
+import sys
 import tarfile
 import uuid
 from io import BytesIO
@@ -30,8 +35,14 @@ from temporalio.api.enums.v1 import EventType
 from durable_turns.contract import TurnResult
 from tests.support.harness import ROOT, Harness, WorkerProcess
 
-PREVIOUS_RELEASE = "72cf68c22630c06647ec2837d1e9e3a6fdf56f96"
-"""main before this change (issue 25, items 9 and 10)."""
+RELEASES = {
+    "previous": "72cf68c22630c06647ec2837d1e9e3a6fdf56f96",
+    "before-regenerate": "ef6b419bfa562c07d24cf840ba556e3efd6dda5c",
+}
+"""Earlier releases of main: the one before this change (issue 25, items 9 and 10), and one
+from before ``regenerate`` joined ``TurnInput``, ``BeginTurnInput`` and ``PendingRequest``,
+whose models forbid unknown fields: it reads this release's payloads because fields at
+their default are left out of them (``codec.LeanJSONPayloadConverter``)."""
 
 SHIM = ROOT / "tests" / "support" / "next_release"
 
@@ -41,31 +52,44 @@ WEATHER = [
 ]
 
 
-def _previous_release(tmp: Path) -> Path:
-    """The previous release's tree, from this repository's history, or a skip."""
+PROBE = """
+import durable_turns.workflows.conversation as c, durable_turns.contract as k
+print(c.__file__, k.TurnInput.model_config.get("extra"), ",".join(k.TurnInput.model_fields))
+"""
+
+
+def _release(tmp: Path, commit: str) -> Path:
+    """An earlier release's tree, from this repository's history, or a skip."""
     try:
         blob = subprocess.run(
-            ["git", "-C", str(ROOT), "archive", "--format=tar", PREVIOUS_RELEASE],
+            ["git", "-C", str(ROOT), "archive", "--format=tar", commit],
             capture_output=True,
             check=True,
             timeout=60,
         ).stdout
     except (OSError, subprocess.SubprocessError) as e:
-        pytest.skip(f"the previous release {PREVIOUS_RELEASE[:10]} is not in git history: {e!r}")
-    out = tmp / "previous-release"
+        pytest.skip(f"release {commit[:10]} is not in this repository's git history: {e!r}")
+    out = tmp / f"release-{commit[:10]}"
     with tarfile.open(fileobj=BytesIO(blob)) as tar:
         tar.extractall(out, filter="tar")
     return out
 
 
-async def _workers_of(harness: Harness, workflow_ids: list[str]) -> set[str]:
-    """The identities of the workers that ran the turns' activities."""
+async def _audit(harness: Harness, workflow_ids: list[str]) -> tuple[set[str], list[str]]:
+    """The identities of the workers that ran the workflows' activities, and the workflow
+    tasks that failed because a worker could not read what the other version wrote (an
+    activity's input it cannot read fails in that worker's log, checked by the caller)."""
     seen: set[str] = set()
+    problems: list[str] = []
     for wid in workflow_ids:
         async for event in harness.client.get_workflow_handle(wid).fetch_history_events():
             if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
                 seen.add(event.activity_task_started_event_attributes.identity)
-    return seen
+            elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+                message = event.workflow_task_failed_event_attributes.failure.message
+                if "decod" in message.lower():
+                    problems.append(f"{wid}: workflow task failed: {message}")
+    return seen, problems
 
 
 async def _turns(harness: Harness, tag: str, n: int) -> list[TurnResult]:
@@ -96,23 +120,43 @@ async def _mixed(harness: Harness, other: WorkerProcess, tag: str) -> None:
     ours = harness.start_worker()
     results = await _turns(harness, tag, 6)
     _check(results)
-    identities = await _workers_of(harness, [r.workflow_id for r in results])
+    conversations = sorted({r.conversation_id for r in results})
+    identities, problems = await _audit(harness, [r.workflow_id for r in results] + conversations)
     for worker in (ours, other):
         assert any(i.startswith(_pid_identity(worker)) for i in identities), (
             f"worker {worker.proc.pid} ran none of the activities: {identities}"
         )
+    assert problems == [], "a turn's workflow task failed on the other version"
+    for worker in (ours, other):
+        log = worker.log_tail(1_000_000)
+        assert "Failed decoding" not in log and "extra_forbidden" not in log, log[-3000:]
 
 
-async def test_the_previous_release_beside_this_one(harness: Harness) -> None:
-    previous = _previous_release(harness.tmp)
+@pytest.mark.parametrize("release", list(RELEASES))
+async def test_an_earlier_release_beside_this_one(harness: Harness, release: str) -> None:
+    tree = await asyncio.to_thread(_release, harness.tmp, RELEASES[release])
+    probe = await asyncio.to_thread(  # what that worker imports: the release's, strict
+        subprocess.run,
+        [sys.executable, "-c", PROBE],
+        cwd=tree,
+        env=harness.env(PYTHONPATH=str(tree)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    workflows, extra, fields = probe.stdout.split()
+    assert Path(workflows).is_relative_to(tree), probe.stdout
+    assert extra == "forbid"
+    assert ("regenerate" in fields.split(",")) == (release == "previous")
     old = WorkerProcess(
-        harness.env(PYTHONPATH=str(previous)),
-        harness.tmp / "worker-previous.log",
-        [str(previous / "worker.py")],
+        harness.env(PYTHONPATH=str(tree)),
+        harness.tmp / f"worker-{release}.log",
+        [str(tree / "worker.py")],
+        cwd=tree,  # the worker puts its directory on sys.path: the release's, not ours
     )
     harness.workers.append(old)
     old.wait_ready()
-    await _mixed(harness, old, f"prev-{uuid.uuid4().hex[:4]}")
+    await _mixed(harness, old, f"{release}-{uuid.uuid4().hex[:4]}")
 
 
 async def test_a_next_release_with_new_fields_beside_this_one(harness: Harness) -> None:

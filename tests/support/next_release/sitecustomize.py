@@ -2,7 +2,7 @@
 
 With ``TURNS_NEXT_RELEASE_FIELD`` set, every payload this process encodes from one of the
 engine's internal models (activity inputs and results, a turn's input and result: what
-``contract._Internal`` covers) carries one field more than this release knows, at the top
+``contract.Internal`` covers) carries one field more than this release knows, at the top
 level and in its ``turn`` reference: what a next release that adds a field to ``TurnRef`` or
 to a step's result writes. Everything else it encodes is unchanged.
 """
