@@ -43,10 +43,11 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -370,14 +371,43 @@ class LeanJSONPayloadConverter(PydanticJSONPlainPayloadConverter):
 _READ_BY_CLIENTS = (TurnResult, ConversationState, RequestRecord)
 
 
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class _Factory:
+    make: Callable[[], Any]
+
+    def __call__(self) -> Any:
+        return self.make()
+
+
+@functools.cache
+def _defaults(cls: type[BaseModel]) -> tuple[tuple[str, Any], ...]:
+    """Each field of ``cls`` with its default (a ``_Factory`` for a default factory, the
+    ``_REQUIRED`` marker for none), read once per class: pydantic inspects a factory's
+    signature on every ``get_default``."""
+    out = []
+    for name, info in cls.model_fields.items():
+        if info.is_required():
+            out.append((name, _REQUIRED))
+        elif info.default_factory is not None:
+            out.append((name, _Factory(info.default_factory)))  # type: ignore[arg-type]
+        else:
+            out.append((name, info.default))
+    return tuple(out)
+
+
 def _at_defaults(model: BaseModel) -> dict[Any, Any]:
     """``model_dump``'s ``exclude`` for the fields of ``model``, and of the internal models
     in it (alone or in lists), whose value is their default. Only the engine's own models:
     inside a message nothing is left out (a part's ``type`` is its discriminator)."""
     out: dict[Any, Any] = {}
-    for name, info in type(model).model_fields.items():
+    for name, default in _defaults(type(model)):
         value = getattr(model, name)
-        if not info.is_required() and value == info.get_default(call_default_factory=True):
+        if default is not _REQUIRED and value == (
+            default() if isinstance(default, _Factory) else default
+        ):
             out[name] = True
         elif isinstance(value, Internal):
             if sub := _at_defaults(value):

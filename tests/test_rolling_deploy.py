@@ -22,6 +22,7 @@ activity's input or result, a turn's input or result) the other reads.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import tarfile
@@ -32,7 +33,18 @@ from pathlib import Path
 import pytest
 from temporalio.api.enums.v1 import EventType
 
-from durable_turns.contract import TurnResult
+from durable_turns.codec import PYDANTIC_DATA_CONVERTER
+from durable_turns.contract import (
+    BeginTurnInput,
+    ConversationInput,
+    PendingRequest,
+    StepSummary,
+    ToolCallRef,
+    TurnInput,
+    TurnRef,
+    TurnResult,
+)
+from durable_turns.messages import user_message
 from tests.support.harness import ROOT, Harness, WorkerProcess
 
 RELEASES = {
@@ -168,3 +180,44 @@ async def test_a_next_release_with_new_fields_beside_this_one(harness: Harness) 
     nxt.wait_ready()
     await _mixed(harness, nxt, f"next-{uuid.uuid4().hex[:4]}")
     assert "TURNS_NEXT_RELEASE_FIELD" in nxt.log_tail(200_000), "the shim was loaded"
+
+
+def test_the_lean_writer_leaves_out_defaults_and_reads_back_the_same() -> None:
+    """What an earlier release reads: a new field only when set, messages whole."""
+    convert = PYDANTIC_DATA_CONVERTER.payload_converter
+    ref = TurnRef(conversation_id="c", turn_number=2, request_id="r", owner="o")
+    values = [
+        TurnInput(conversation_id="c", turn_number=2, new_messages=[user_message("hi")]),
+        TurnInput(conversation_id="c", turn_number=2, regenerate="last"),
+        BeginTurnInput(turn=ref, new_messages=[user_message("hi")], regenerate=None),
+        StepSummary(step=1, tool_calls=[ToolCallRef(tool_call_id="a", tool_name="t")]),
+        ConversationInput(queue=[PendingRequest(request_id="x", messages=[user_message("q")])]),
+    ]
+    for value in values:
+        [payload] = convert.to_payloads([value])
+        assert convert.from_payloads([payload], [type(value)]) == [value]
+        data = json.loads(payload.data)
+        if isinstance(value, TurnInput):
+            assert ("regenerate" in data) == (value.regenerate is not None)
+    plain, regenerate, begin, summary, carried = (
+        json.loads(p.data) for p in convert.to_payloads(values)
+    )
+    assert regenerate["regenerate"] == "last"
+    assert "continuation" not in plain and "body" not in plain and "model" not in plain
+    assert plain["new_messages"][0]["parts"] == [{"type": "text", "text": "hi"}]
+    assert begin["turn"] == {
+        "conversation_id": "c",
+        "turn_number": 2,
+        "request_id": "r",
+        "owner": "o",
+    }
+    assert summary["tool_calls"] == [{"tool_call_id": "a", "tool_name": "t"}]
+    assert carried["queue"][0]["messages"][0]["role"] == "user"
+    result = TurnResult(
+        request_id="r",
+        conversation_id="c",
+        turn_number=1,
+        workflow_id="c/turn-1",
+        status="completed",
+    )
+    assert "text" in json.loads(convert.to_payloads([result])[0].data), "clients read it whole"
