@@ -33,6 +33,7 @@ from durable_turns.store import (
 )
 from durable_turns.store.base import owns
 from durable_turns.streams import ChunkPublisher, ChunkStreamBackend
+from durable_turns.streams.base import StreamNotOwned
 from durable_turns.tools import ToolRegistry
 
 
@@ -150,15 +151,28 @@ class ActivityDeps:
 
     @contextlib.asynccontextmanager
     async def publisher(
-        self, turn_id: str, step: int | None
+        self, turn: TurnRef | TurnRecord, step: int | None
     ) -> AsyncIterator[ChunkPublisher | None]:
-        """The turn's live chunk stream (None when streaming is off); always flushed."""
+        """The turn's live chunk stream (None when streaming is off); always flushed.
+
+        Every append names this run (``turn.owner``); a stream another run owns refuses
+        them, and the activity fails with TurnTakenOver."""
         if self.streams is None:
             yield None
             return
         attempt = activity.info().attempt
-        async with ChunkPublisher(self.streams, turn_id, step=step, attempt=attempt) as publisher:
-            yield publisher
+        try:
+            async with ChunkPublisher(
+                self.streams,
+                turn.turn_id,
+                step=step,
+                attempt=attempt,
+                owner=turn.owner,
+                by_conversation=turn.by_conversation,
+            ) as publisher:
+                yield publisher
+        except StreamNotOwned as e:
+            raise taken_over(turn.turn_id, "its live stream belongs to another run") from e
 
 
 def _owned(ref: TurnRef, turn: TurnRecord | None) -> TurnRecord:

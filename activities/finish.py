@@ -148,7 +148,7 @@ class FinishActivities:
         turn.error = error.model_dump() if error else None
         await self.deps.store.save_turn(turn)
         text, truncated = _preview(ctx_build.message_text(message))
-        async with self.deps.publisher(turn.turn_id, None) as publisher:
+        async with self.deps.publisher(turn, None) as publisher:
             if publisher is not None:
                 data: dict[str, Any] = {
                     "text": text,

@@ -104,7 +104,7 @@ class ModelStepActivities:
             request = await self._request(
                 model, model_name, config, step_config, messages, turn.conversation_id
             )
-        async with self.deps.publisher(turn.turn_id, inp.step) as publisher:
+        async with self.deps.publisher(inp.turn, inp.step) as publisher:
             if publisher is not None:
                 if activity.info().attempt > 1:  # readers drop what earlier attempts streamed
                     await publisher.reset(activity.info().attempt, reason="retry")

@@ -66,7 +66,7 @@ class ToolCallActivities:
                 inp.resolution,
             )
             if run.pending:  # recorded nowhere: the turn waits for the client, then asks again
-                async with self.deps.publisher(ref.turn_id, inp.step) as publisher:
+                async with self.deps.publisher(ref, inp.step) as publisher:
                     if publisher is not None:  # readers learn what the turn waits on
                         await publisher.tool_wait(
                             {
@@ -123,7 +123,7 @@ class ToolCallActivities:
             outcome=run.outcome,
         )
         saved = await self.deps.store.save_tool_result(ref.turn_id, record, owner=turn.owner)
-        async with self.deps.publisher(ref.turn_id, inp.step) as publisher:
+        async with self.deps.publisher(ref, inp.step) as publisher:
             if publisher is not None:
                 data = ctx_build.tool_result_part(saved).model_dump(mode="json")
                 if saved.approval is not None:

@@ -396,9 +396,12 @@ class TurnsClient:
 
         Reconnect with the last offset you saw to get exactly the events after it.
         ``reset`` events mean a retried model step: drop what that step streamed before.
+        Only what the conversation's own run of the turn streamed: nothing of a workflow
+        started elsewhere under the turn's id.
         """
         streams = await self._stream_backend()
-        async for event in streams.follow(turn_id(conversation_id, turn_number), after=after):
+        stream = turn_id(conversation_id, turn_number)
+        async for event in streams.follow(stream, after=after, by_conversation=True):
             yield event
 
     async def _stream_backend(self) -> ChunkStreamBackend:

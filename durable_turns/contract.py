@@ -302,7 +302,20 @@ def turn_id(conversation_id: str, turn_number: int) -> str:
 
 
 class _Wire(BaseModel):
+    """What a client sends: an unknown key is a typed rejection (a typo is never ignored)."""
+
     model_config = ConfigDict(extra="forbid")
+
+
+class Internal(BaseModel):
+    """What the engine's own workflows and activities hand each other (activity inputs and
+    results, a turn's input and result, what a conversation keeps of its requests), and what
+    it answers clients with: a tolerant reader. During a rolling deploy two versions of the
+    worker serve one task queue, and either may read what the other wrote: unknown fields
+    are ignored and a field a newer version added has a default (docs/deployment.md,
+    "Rolling deploys")."""
+
+    model_config = ConfigDict(extra="ignore")
 
 
 # --- what clients send ---------------------------------------------------------------------
@@ -475,7 +488,7 @@ class ConversationSettings(_Wire):
         return value
 
 
-class PendingRequest(_Wire):
+class PendingRequest(Internal):
     """A queued request, as a conversation holds it (and carries over continue-as-new)."""
 
     request_id: str
@@ -515,7 +528,7 @@ TurnStatus = Literal["completed", "error", "aborted", "skipped"]
 RequestStatus = Literal["queued", "running", "completed", "error", "aborted", "skipped", "rejected"]
 
 
-class ErrorInfo(_Wire):
+class ErrorInfo(Internal):
     type: str
     message: str
     """At most :data:`MAX_ERROR_MESSAGE_CHARS` (cut with ``…``)."""
@@ -529,7 +542,7 @@ class ErrorInfo(_Wire):
         return _cut(value, limit)
 
 
-class TurnInput(_Wire):
+class TurnInput(Internal):
     """Input of ``TurnWorkflow``. Carries the new messages only, never the transcript."""
 
     conversation_id: str
@@ -545,7 +558,7 @@ class TurnInput(_Wire):
     every other turn."""
 
 
-class TurnResult(_Wire):
+class TurnResult(Internal):
     request_id: str
     conversation_id: str
     turn_number: int
@@ -572,7 +585,7 @@ class TurnResult(_Wire):
     """``"41.2k in · 93% cached · 1.1k out · $0.0210"``."""
 
 
-class RequestRecord(_Wire):
+class RequestRecord(Internal):
     """What ``state`` shows of one request."""
 
     request_id: str
@@ -585,7 +598,7 @@ class RequestRecord(_Wire):
     a ``~<suffix>`` when something else had taken it."""
 
 
-class ConversationState(_Wire):
+class ConversationState(Internal):
     """The ``state`` query's answer."""
 
     conversation_id: str
@@ -610,7 +623,7 @@ class ConversationState(_Wire):
 # --- activity I/O --------------------------------------------------------------------------
 
 
-class TurnRef(_Wire):
+class TurnRef(Internal):
     """Identifies a turn; every activity input starts from it."""
 
     conversation_id: str
@@ -628,7 +641,7 @@ class TurnRef(_Wire):
         return turn_id(self.conversation_id, self.turn_number)
 
 
-class StopCondition(_Wire):
+class StopCondition(Internal):
     """A declarative stop condition (functions cannot cross a workflow boundary)."""
 
     kind: Literal["has_tool_call", "step_count_is"]
@@ -636,7 +649,7 @@ class StopCondition(_Wire):
     count: int | None = None
 
 
-class BeginTurnInput(_Wire):
+class BeginTurnInput(Internal):
     turn: TurnRef
     new_messages: list[Message] = Field(default_factory=list)
     continuation: bool = False
@@ -649,7 +662,7 @@ class BeginTurnInput(_Wire):
     """Mark the reply this names superseded by the turn before assembling its context."""
 
 
-class TurnPlan(_Wire):
+class TurnPlan(Internal):
     """What ``begin_turn`` decided (the full TurnConfig stays in the store)."""
 
     model: str
@@ -671,14 +684,14 @@ class TurnPlan(_Wire):
     max_compactions: int = 1
 
 
-class ModelStepInput(_Wire):
+class ModelStepInput(Internal):
     turn: TurnRef
     step: int
     model: str
     attempt: int = 0
 
 
-class ToolCallRef(_Wire):
+class ToolCallRef(Internal):
     tool_call_id: str
     tool_name: str
     timeout_s: float | None = None
@@ -687,7 +700,7 @@ class ToolCallRef(_Wire):
     """The tool's ``@tool(retries=…)``."""
 
 
-class StepSummary(_Wire):
+class StepSummary(Internal):
     """What the workflow learns of a model step: small, whatever the context size."""
 
     step: int
@@ -699,7 +712,7 @@ class StepSummary(_Wire):
     error: str | None = None
 
 
-class ToolCallInput(_Wire):
+class ToolCallInput(Internal):
     turn: TurnRef
     step: int
     tool_call_id: str
@@ -724,7 +737,7 @@ ToolCallOutcome = Literal[
 """
 
 
-class ToolOutcome(_Wire):
+class ToolOutcome(Internal):
     tool_call_id: str
     tool_name: str
     success: bool
@@ -734,7 +747,7 @@ class ToolOutcome(_Wire):
     """The call waits for the client: its result, or an approval."""
 
 
-class FinishTurnInput(_Wire):
+class FinishTurnInput(Internal):
     turn: TurnRef
     steps: int
     status: TurnStatus = "completed"
@@ -746,14 +759,14 @@ class FinishTurnInput(_Wire):
     turn, which the turn's ``turn-finish`` stream event names (``continued_by_turn``)."""
 
 
-class FailTurnInput(_Wire):
+class FailTurnInput(Internal):
     turn: TurnRef
     steps: int
     error: ErrorInfo
     continuation: bool = False
 
 
-class CompactInput(_Wire):
+class CompactInput(Internal):
     turn: TurnRef
     model: str
     reason: Literal["overflow", "proactive"] = "overflow"
@@ -761,7 +774,7 @@ class CompactInput(_Wire):
     """Compactions of this turn so far (keys the stored summary)."""
 
 
-class CompactResult(_Wire):
+class CompactResult(Internal):
     shortened: bool
     tokens_before: int
     tokens_after: int
@@ -769,5 +782,5 @@ class CompactResult(_Wire):
     reason: str = ""
 
 
-class ChatResponseInput(_Wire):
+class ChatResponseInput(Internal):
     result: TurnResult

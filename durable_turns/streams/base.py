@@ -9,6 +9,16 @@ Offsets are assigned by the backend, never by a publisher, so they are gap-free 
 increasing per stream even when a retried activity on another worker (another process)
 appends after the previous attempt's chunks. A retried attempt first writes a ``reset``
 marker; ``live_events`` applies it for readers.
+
+A turn's stream belongs to the workflow run that owns the turn (``TurnRef.owner``), by the
+same rule as the turn's record in the transcript store (``store.base.claim_decision``):
+every append names its run, and the backend checks it in the same atomic step that assigns
+the offsets (``claim_stream``). The first append claims the stream; the turn's own
+conversation's run takes over a stream some other run claimed, and from then on readers
+see nothing from before the take-over (``StreamClaim.since``) and that run's appends are
+refused (``StreamNotOwned``); a run started elsewhere never takes a conversation's stream.
+A reader of a conversation's turn (``by_conversation=True``: the front door, the Python
+client) sees nothing at all until the conversation's run claimed the stream.
 """
 
 from __future__ import annotations
@@ -147,6 +157,71 @@ activities of their own, whose attempts are not the step's: their ``tool-wait`` 
 ``tool-result`` events carry the step's number but always count."""
 
 
+# --- who owns a stream --------------------------------------------------------------------
+
+
+class StreamNotOwned(Exception):
+    """An append by a run that does not own the stream (another run claimed the turn)."""
+
+    def __init__(self, stream_id: str, owner: str | None) -> None:
+        super().__init__(
+            f"the live stream of {stream_id} belongs to another workflow run ({owner or 'none'})"
+        )
+        self.stream_id = stream_id
+        self.owner = owner
+
+
+class StreamClaim(BaseModel):
+    """The run a stream belongs to, and where its events begin."""
+
+    model_config = ConfigDict(frozen=True)
+
+    owner: str
+    by_conversation: bool = False
+    since: int = 0
+    """The first offset of this owner's events: readers never see what comes before it
+    (another run's events, from before the take-over)."""
+
+
+def claim_stream(
+    stream_id: str,
+    current: StreamClaim | None,
+    owner: str | None,
+    by_conversation: bool,
+    next_offset: int,
+) -> StreamClaim | None:
+    """The claim after an append by ``owner`` to a stream whose claim is ``current`` and
+    whose next offset is ``next_offset``; raises StreamNotOwned when the append is refused.
+
+    The transcript store's rule (``store.base.claim_decision``): the same run appends; a
+    first append claims the stream (what an unclaimed stream held, from a worker older than
+    claims, stays visible, as the store adopts records from before owners); the turn's
+    conversation's run takes over from any other run, a run started elsewhere only from
+    another such run, never from the conversation's. No ``owner``: a caller from before
+    owners, not checked (the claim is kept). The Redis backend runs the same rule in Lua.
+    """
+    if not owner:
+        return current
+    if current is None:
+        return StreamClaim(owner=owner, by_conversation=by_conversation, since=0)
+    if current.owner == owner:
+        return current
+    if by_conversation or not current.by_conversation:
+        return StreamClaim(owner=owner, by_conversation=by_conversation, since=next_offset)
+    raise StreamNotOwned(stream_id, current.owner)
+
+
+def visible_after(claim: StreamClaim | None, after: int, by_conversation: bool) -> int | None:
+    """The offset a read must start after, given the stream's claim: never before the
+    owner's first event; None when the reader must see nothing (``by_conversation``: the
+    stream is not, or not yet, its conversation's run's)."""
+    if claim is None:
+        return after
+    if by_conversation and not claim.by_conversation:
+        return None
+    return max(after, claim.since - 1)
+
+
 # --- the backend interface ---------------------------------------------------------------
 
 
@@ -159,6 +234,11 @@ class ChunkStreamBackend(abc.ABC):
 
     Implementations: SQLite (one file shared by processes, readers poll), Redis Streams
     (blocking reads, TTL) and an in-process one for unit tests.
+
+    Ownership (the module's docstring): ``append`` takes the appending run's ``owner`` and
+    checks it atomically with the append; ``read`` and ``follow`` never return events from
+    before the current owner's claim, and with ``by_conversation`` nothing of a stream
+    that its conversation's run has not claimed.
     """
 
     async def open(self) -> None:
@@ -181,18 +261,38 @@ class ChunkStreamBackend(abc.ABC):
         await self.close()
 
     @abc.abstractmethod
-    async def append(self, stream_id: str, events: Sequence[Mapping[str, Any]]) -> int:
+    async def append(
+        self,
+        stream_id: str,
+        events: Sequence[Mapping[str, Any]],
+        *,
+        owner: str | None = None,
+        by_conversation: bool = False,
+    ) -> int:
         """Append wire events (see ``encode_event``) atomically; return the last offset.
 
         The offsets are the next ones of the stream, whatever process appends concurrently.
-        An empty list appends nothing and returns the current last offset.
+        With ``owner`` (the appending run), the stream's claim is checked and updated in the
+        same atomic step (``claim_stream``): StreamNotOwned when another run owns it, and
+        nothing is appended then. An empty list appends nothing and returns the current last
+        offset.
         """
 
     @abc.abstractmethod
     async def read(
-        self, stream_id: str, after: int = -1, limit: int | None = None
+        self,
+        stream_id: str,
+        after: int = -1,
+        limit: int | None = None,
+        *,
+        by_conversation: bool = False,
     ) -> list[StreamEvent]:
-        """The events with offset > ``after`` (all of them from -1), in order, at most ``limit``."""
+        """The events with offset > ``after`` (all of them from -1), in order, at most
+        ``limit``: the current owner's (``visible_after``)."""
+
+    @abc.abstractmethod
+    async def claim(self, stream_id: str) -> StreamClaim | None:
+        """The stream's claim (None: unclaimed, or written only by callers before owners)."""
 
     @abc.abstractmethod
     async def last_offset(self, stream_id: str) -> int:
@@ -224,8 +324,10 @@ class ChunkStreamBackend(abc.ABC):
         poll_interval: float = 0.05,
         until_finished: bool = True,
         idle_timeout: float | None = None,
+        by_conversation: bool = False,
     ) -> AsyncIterator[StreamEvent]:
-        """Yield the events after ``after`` as they arrive, ending after ``turn-finish``.
+        """Yield the events after ``after`` as they arrive, ending after ``turn-finish``;
+        the current owner's only, as ``read`` (another run's ``turn-finish`` ends nothing).
 
         This default rereads on every wake-up the backend gives (``wakeups``), and every
         ``poll_interval`` only when it gives none (Redis blocks on the server instead).
@@ -240,7 +342,9 @@ class ChunkStreamBackend(abc.ABC):
             while True:
                 if woken is not None:
                     woken.clear()  # before the read: a wake-up during it is kept
-                events = await self.read(stream_id, cursor, limit=1024)
+                events = await self.read(
+                    stream_id, cursor, limit=1024, by_conversation=by_conversation
+                )
                 for ev in events:
                     cursor = ev.offset
                     yield ev
@@ -267,28 +371,56 @@ class MemoryBackend(ChunkStreamBackend):
     """In-process streams, shared by every instance with the same name: for unit tests only."""
 
     _registry: ClassVar[dict[str, dict[str, list[StreamEvent]]]] = {}
+    _claim_registry: ClassVar[dict[str, dict[str, StreamClaim]]] = {}
 
     def __init__(self, name: str = "") -> None:
         self.name = name
         self._streams = self._registry.setdefault(name, {})
+        self._claims = self._claim_registry.setdefault(name, {})
 
-    async def append(self, stream_id: str, events: Sequence[Mapping[str, Any]]) -> int:
+    async def append(
+        self,
+        stream_id: str,
+        events: Sequence[Mapping[str, Any]],
+        *,
+        owner: str | None = None,
+        by_conversation: bool = False,
+    ) -> int:
+        stream = self._streams.get(stream_id, [])
+        if not events:
+            return len(stream) - 1
+        current = self._claims.get(stream_id)
+        claim = claim_stream(stream_id, current, owner, by_conversation, len(stream))
+        if claim is not None:
+            self._claims[stream_id] = claim
         stream = self._streams.setdefault(stream_id, [])
         stream.extend(decode_batch(len(stream), encode_batch(events)))
         return len(stream) - 1
 
     async def read(
-        self, stream_id: str, after: int = -1, limit: int | None = None
+        self,
+        stream_id: str,
+        after: int = -1,
+        limit: int | None = None,
+        *,
+        by_conversation: bool = False,
     ) -> list[StreamEvent]:
+        start_after = visible_after(self._claims.get(stream_id), after, by_conversation)
+        if start_after is None:
+            return []
         stream = self._streams.get(stream_id, [])
-        start = max(after + 1, 0)
+        start = max(start_after + 1, 0)
         return stream[start : None if limit is None else start + limit]
+
+    async def claim(self, stream_id: str) -> StreamClaim | None:
+        return self._claims.get(stream_id)
 
     async def last_offset(self, stream_id: str) -> int:
         return len(self._streams.get(stream_id, [])) - 1
 
     async def delete(self, stream_id: str) -> None:
         self._streams.pop(stream_id, None)
+        self._claims.pop(stream_id, None)
 
 
 # --- the publisher -----------------------------------------------------------------------
@@ -306,7 +438,9 @@ class ChunkPublisher:
     nothing is lost when the activity ends.
 
     A failed background flush is logged and retried (the events stay buffered, in order);
-    ``flush``/``aclose`` raise the backend's error.
+    ``flush``/``aclose`` raise the backend's error. ``owner`` and ``by_conversation`` (the
+    run that publishes) go with every append; once the backend refuses them
+    (StreamNotOwned) the publisher drops what it holds and every later call raises it.
     """
 
     def __init__(
@@ -318,6 +452,8 @@ class ChunkPublisher:
         attempt: int | None = None,
         flush_interval_s: float = 0.03,
         max_batch: int = 256,
+        owner: str | None = None,
+        by_conversation: bool = False,
     ) -> None:
         if max_batch < 1 or flush_interval_s < 0:
             raise ValueError("max_batch must be >= 1 and flush_interval_s >= 0")
@@ -329,6 +465,10 @@ class ChunkPublisher:
         """Stamped on every event published from now on (``reset`` sets it)."""
         self.flush_interval_s = flush_interval_s
         self.max_batch = max_batch
+        self.owner = owner
+        self.by_conversation = by_conversation
+        self.refused: StreamNotOwned | None = None
+        """Set once the backend refused an append: this run does not own the stream."""
         self.last_offset = -1
         """The last offset this publisher wrote (-1 before its first flush)."""
         self.appends = 0
@@ -360,6 +500,8 @@ class ChunkPublisher:
 
     def publish(self, event_type: str, data: Any = None) -> None:
         """Buffer one event (a dict or a pydantic model, dumped at flush time)."""
+        if self.refused is not None:
+            raise self.refused
         buf = self._buf
         buf.append((event_type, data, self.step, self.attempt))
         n = len(buf)
@@ -391,6 +533,8 @@ class ChunkPublisher:
                             await self._kick.wait()  # set when a batch is full
             try:
                 await self._flush(drain=False)
+            except StreamNotOwned:
+                return  # kept in ``refused``: the next publish or flush raises it
             except Exception as e:
                 log.warning("chunk stream %s: flush failed, will retry: %r", self.stream_id, e)
                 await asyncio.sleep(max(self.flush_interval_s, 0.1))
@@ -407,12 +551,24 @@ class ChunkPublisher:
         instead of waiting for the next interval.
         """
         async with self._lock:
+            if self.refused is not None:
+                raise self.refused
             buf = self._buf
             todo = len(buf)
             while buf and (drain or todo > 0):
                 n = min(len(buf) if drain else todo, self.max_batch)
                 events = [encode_event(*item) for item in buf[:n]]
-                self.last_offset = await self.backend.append(self.stream_id, events)
+                try:
+                    self.last_offset = await self.backend.append(
+                        self.stream_id,
+                        events,
+                        owner=self.owner,
+                        by_conversation=self.by_conversation,
+                    )
+                except StreamNotOwned as e:
+                    self.refused = e
+                    buf.clear()
+                    raise
                 self.appends += 1
                 sent_chunk = any(item[0] == CHUNK for item in buf[:n])
                 del buf[:n]  # only now: a failed append keeps its events for the retry
