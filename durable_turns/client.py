@@ -147,15 +147,17 @@ class TurnsClient:
         """The result of a request's turn: the turn workflow's own result (a long poll).
 
         Always a ``TurnResult``: a request that never got a turn comes back ``aborted`` or
-        ``error``, and a turn whose workflow itself failed (terminated, timed out) comes back
-        ``error`` with the failure's type."""
-        if record.turn_number is None:  # cancelled or rejected before it ever ran
+        ``error`` (an ``addMessages`` request, which needs none, ``completed``), and a turn
+        whose workflow itself failed (terminated, timed out) comes back ``error`` with the
+        failure's type."""
+        if record.turn_number is None:  # added, cancelled or rejected: no turn ran for it
+            status = record.status if record.status in ("aborted", "completed") else "error"
             return TurnResult(
                 request_id=record.request_id,
                 conversation_id=conversation_id,
                 turn_number=0,
                 workflow_id="",
-                status="aborted" if record.status == "aborted" else "error",
+                status=status,
                 error=record.error,
             )
         handle = self.client.get_workflow_handle(

@@ -37,6 +37,7 @@ async def test_added_messages_land_between_the_turns_around_them(harness: Harnes
     state = await harness.turns.state(conversation)
     [record] = [r for r in state.recent if r.request_id == added]
     assert record.kind == "add" and record.status == "completed" and record.turn_number is None
+    assert (await harness.turns.wait(conversation, added)).status == "completed"
     assert state.turn_count == 2  # no turn ran for it
 
 
