@@ -26,6 +26,7 @@ def all_activities(deps: ActivityDeps) -> list[Callable[..., Any]]:
     conversation = ConversationActivities(deps)
     return [
         conversation.open_conversation,
+        conversation.open_conversation_with_defaults,
         conversation.add_messages,
         intake_pause,
         BeginActivities(deps).begin_turn,

@@ -6,7 +6,13 @@ from __future__ import annotations
 from temporalio import activity
 
 from durable_turns.activities.deps import ActivityDeps
-from durable_turns.contract import ADD_MESSAGES, INTAKE_PAUSE, OPEN_CONVERSATION
+from durable_turns.contract import (
+    ADD_MESSAGES,
+    INTAKE_PAUSE,
+    OPEN_CONVERSATION,
+    OPEN_CONVERSATION_WITH_DEFAULTS,
+    ConversationOpened,
+)
 from durable_turns.messages import Message
 
 
@@ -18,6 +24,18 @@ class ConversationActivities:
     async def open_conversation(self, conversation_id: str) -> int:
         """The last turn number stored for a conversation (0 for a new one)."""
         return await self.deps.store.last_turn_number(conversation_id)
+
+    @activity.defn(name=OPEN_CONVERSATION_WITH_DEFAULTS)
+    async def open_conversation_with_defaults(self, conversation_id: str) -> ConversationOpened:
+        """``open_conversation``, and this worker's defaults for the conversation (its
+        ``TURNS_MESSAGE_CONCURRENCY``, ``TURNS_DEBOUNCE_MS``), recorded once per
+        conversation and carried over continue-as-new."""
+        settings = self.deps.settings
+        return ConversationOpened(
+            turn_count=await self.deps.store.last_turn_number(conversation_id),
+            message_concurrency=settings.message_concurrency,  # type: ignore[arg-type]
+            debounce_ms=settings.debounce_ms,
+        )
 
     @activity.defn(name=ADD_MESSAGES)
     async def add_messages(self, conversation_id: str, messages: list[Message]) -> None:

@@ -12,10 +12,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 from urllib.parse import parse_qsl, urlsplit
 
-from durable_turns.contract import DEFAULT_MAX_STEPS, DEFAULT_MODEL, DEFAULT_TASK_QUEUE
+from durable_turns.contract import (
+    DEFAULT_MAX_STEPS,
+    DEFAULT_MODEL,
+    DEFAULT_TASK_QUEUE,
+    MAX_DEBOUNCE_MS,
+    MessageConcurrency,
+)
 
 EMBEDDED_HOST = "127.0.0.1"
 
@@ -146,6 +152,12 @@ class Settings:
     slow_activation_ms: int = 500
     """TURNS_SLOW_ACTIVATION_MS: a workflow activation that runs longer is logged (a warning
     with the workflow and its jobs): Temporal fails a task whose activation passes 2 s."""
+    message_concurrency: str | None = None
+    """TURNS_MESSAGE_CONCURRENCY: the default, for conversations this worker opens, of what a
+    message does that arrives while a turn runs or waits: ``queue`` (unset), ``latest``,
+    ``merge``, ``drop`` or ``debounce`` (a conversation's or request's own setting wins)."""
+    debounce_ms: int | None = None
+    """TURNS_DEBOUNCE_MS: the quiet time of ``debounce`` (unset: 750 ms; at most 60,000)."""
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -187,6 +199,8 @@ class Settings:
             ),
             slow_activation_ms=int(_env("TURNS_SLOW_ACTIVATION_MS", "500") or 0),
             user_loops=int(_env("TURNS_USER_LOOPS", "32") or 0),
+            message_concurrency=_env("TURNS_MESSAGE_CONCURRENCY") or None,
+            debounce_ms=int(ms) if (ms := _env("TURNS_DEBOUNCE_MS")) else None,
         )
 
     def __post_init__(self) -> None:
@@ -198,6 +212,13 @@ class Settings:
             raise ValueError("TURNS_HEARTBEAT_TIMEOUT_S must be positive")
         if not 0 <= self.user_loops <= 256:
             raise ValueError("TURNS_USER_LOOPS must be 0 (off) to 256")
+        if self.message_concurrency not in (None, *get_args(MessageConcurrency)):
+            raise ValueError(
+                "TURNS_MESSAGE_CONCURRENCY must be one of "
+                + ", ".join(get_args(MessageConcurrency))
+            )
+        if self.debounce_ms is not None and not 0 <= self.debounce_ms <= MAX_DEBOUNCE_MS:
+            raise ValueError(f"TURNS_DEBOUNCE_MS must be 0 to {MAX_DEBOUNCE_MS}")
         if self.http_protocol not in (6, 7):
             raise ValueError("TURNS_HTTP_PROTOCOL must be 6 or 7 (the ai package's major version)")
 

@@ -50,6 +50,8 @@ QUERY_STATE = "state"
 # Activity names: the workflows schedule them by these strings and the activities register
 # under them, so both sides import them from here.
 OPEN_CONVERSATION = "open_conversation"
+OPEN_CONVERSATION_WITH_DEFAULTS = "open_conversation_with_defaults"
+"""``open_conversation``, plus the worker's defaults for a conversation (``ConversationOpened``)."""
 BEGIN_TURN = "begin_turn"
 MODEL_STEP = "model_step"
 TOOL_CALL = "tool_call"
@@ -163,6 +165,9 @@ INVALID_PAYLOAD = "InvalidPayload"
 """A signal or update payload that cannot be decoded (not JSON, bad UTF-8, too deep,
 undecryptable)."""
 REQUEST_TOO_LARGE = "RequestTooLarge"
+CONVERSATION_BUSY = "ConversationBusy"
+"""A request refused because a turn is running or queued and the conversation's message
+concurrency is ``drop``."""
 UNKNOWN_SIGNAL = "UnknownSignal"
 """A signal of a name the workflow does not take (a typo, another workflow's signal): recorded
 as a rejection, not kept waiting for a handler that never comes."""
@@ -321,6 +326,19 @@ class Internal(BaseModel):
 # --- what clients send ---------------------------------------------------------------------
 
 
+MessageConcurrency = Literal["queue", "latest", "merge", "drop", "debounce"]
+"""What a message does that arrives while a turn runs or waits (Think's ``messageConcurrency``):
+``queue`` waits its turn (the default); ``merge`` joins the messages waiting behind the
+running turn, answered together in one next turn; ``latest`` also cancels the running turn
+(as ``cancelChat``: it ends ``aborted`` with what it streamed) so the waiting messages are
+answered at once; ``drop`` is refused (``ConversationBusy``); ``debounce`` merges too and
+starts the turn only once no new message came for ``debounce_ms``."""
+
+DEFAULT_DEBOUNCE_MS = 750
+"""Think's default debounce."""
+MAX_DEBOUNCE_MS = 60_000
+
+
 def _checked_messages(messages: list[Message]) -> list[Message]:
     """Every message has content; client ids follow the id rules, each once."""
     seen: set[str] = set()
@@ -357,6 +375,10 @@ class SubmitMessages(_Wire):
     """Custom fields for the hooks (``TurnContext.body``)."""
     model: str | None = None
     """A ``provider:model`` id for this turn."""
+    message_concurrency: MessageConcurrency | None = None
+    """What this message does if a turn is running or waiting (``MessageConcurrency``);
+    without it, the conversation's setting."""
+    debounce_ms: int | None = Field(default=None, ge=0, le=MAX_DEBOUNCE_MS)
 
     @field_validator("messages")
     @classmethod
@@ -478,6 +500,10 @@ class ConversationSettings(_Wire):
 
     model: str | None = None
     max_steps: int | None = None
+    message_concurrency: MessageConcurrency | None = None
+    """This conversation's default (a request's own ``message_concurrency`` wins; without
+    either, the worker's ``TURNS_MESSAGE_CONCURRENCY``, else ``queue``)."""
+    debounce_ms: int | None = Field(default=None, ge=0, le=MAX_DEBOUNCE_MS)
 
     @field_validator("model")
     @classmethod
@@ -501,6 +527,12 @@ class PendingRequest(Internal):
     """What a ``regenerate`` request names (``SubmitMessages.regenerate``)."""
     size: int = 0
     """Encoded bytes of the request (counts against ``MAX_QUEUED_BYTES``)."""
+    concurrency: str | None = None
+    """The request's own ``message_concurrency`` (None: the conversation's)."""
+    debounce_ms: int | None = None
+    merged: list[str] = Field(default_factory=list)
+    """Requests whose messages were merged into this one (``merge``, ``latest``,
+    ``debounce``): they finish with its turn."""
 
 
 class ConversationInput(ConversationSettings):
@@ -520,6 +552,17 @@ class ConversationInput(ConversationSettings):
     """Recent results, so a retried ``sendMessage`` gets its answer after the hand-over."""
     rejected: list[RequestRecord] = Field(default_factory=list)
     rejected_count: int = 0
+    worker_concurrency: MessageConcurrency | None = None
+    """The worker's default as the first run read it (``ConversationOpened``), carried."""
+    worker_debounce_ms: int | None = None
+
+
+class ConversationOpened(Internal):
+    """``open_conversation_with_defaults``'s result."""
+
+    turn_count: int = 0
+    message_concurrency: MessageConcurrency | None = None
+    debounce_ms: int | None = None
 
 
 # --- turn I/O ------------------------------------------------------------------------------
@@ -596,6 +639,8 @@ class RequestRecord(Internal):
     workflow_id: str | None = None
     """The turn's workflow id once it started: ``<conversation id>/turn-<n>``, or that id with
     a ``~<suffix>`` when something else had taken it."""
+    merged_into: str | None = None
+    """The request whose turn answers this one too (``merge``, ``latest``, ``debounce``)."""
 
 
 class ConversationState(Internal):
@@ -618,6 +663,8 @@ class ConversationState(Internal):
     started; ``recent`` shows the last few."""
     waiting_for: str | None = None
     """Why the conversation is waiting, when it is: ``store``, ``queue_full``."""
+    message_concurrency: str = "queue"
+    """What a message that comes while a turn runs or waits does, unless it says otherwise."""
 
 
 # --- activity I/O --------------------------------------------------------------------------

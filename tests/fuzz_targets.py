@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 from unittest import mock
@@ -386,6 +387,7 @@ def workflow_context(workflow_id: str = "conv-fuzz") -> Iterator[None]:
         info=lambda: info,
         patched=lambda _id: True,
         uuid4=lambda: uuid.UUID(int=next(counter)),
+        now=lambda: datetime(2026, 1, 1, tzinfo=UTC),
         set_current_details=lambda _details: None,
         payload_converter=lambda: PYDANTIC_DATA_CONVERTER.payload_converter,
         logger=_QUIET,

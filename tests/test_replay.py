@@ -56,6 +56,21 @@ async def record(harness: Harness, conversation: str) -> list[WorkflowHistory]:
     await harness.send(conversation, "fails", model="nosuch:model")
     await harness.client.get_workflow_handle(conversation).signal("submitMessages", {"bad": True})
     await harness.turns.add_messages(conversation, "a note, no turn")
+    # message concurrency: two requests merged behind a running turn, one debounced
+    handle = harness.client.get_workflow_handle(conversation)
+    await harness.turns.submit(conversation, "busy", model="demo:echo")
+    for rid, mode in (("merged-1", "merge"), ("merged-2", "merge"), ("quiet", "debounce")):
+        await handle.signal(
+            "submitMessages",
+            {
+                "request_id": rid,
+                "messages": [{"role": "user", "content": rid}],
+                "model": "demo:echo",
+                "message_concurrency": mode,
+                "debounce_ms": 200,
+            },
+        )
+    await harness.turns.wait(conversation, "quiet")
     await harness.send(conversation, "after", model="demo:echo")
     # a regeneration of the last reply, and one naming no message (a typed error)
     await harness.turns.regenerate(conversation)

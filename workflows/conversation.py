@@ -17,6 +17,7 @@ import asyncio
 import json
 from collections import deque
 from collections.abc import Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -29,8 +30,10 @@ with workflow.unsafe.imports_passed_through():
     from durable_turns.contract import (
         ADD_MESSAGES,
         CHAT_RESPONSE,
+        CONVERSATION_BUSY,
         CONVERSATION_ID,
         CONVERSATION_WORKFLOW,
+        DEFAULT_DEBOUNCE_MS,
         HANDED_OVER,
         INVALID_ID,
         INVALID_REQUEST,
@@ -43,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         MAX_TOOL_RESULT_BYTES,
         MESSAGE_ID_CONFLICT,
         OPEN_CONVERSATION,
+        OPEN_CONVERSATION_WITH_DEFAULTS,
         QUERY_STATE,
         QUEUE_FULL,
         REQUEST_EXPIRED,
@@ -64,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         ChatResponseInput,
         ContinueLastTurn,
         ConversationInput,
+        ConversationOpened,
         ConversationSettings,
         ConversationState,
         ErrorInfo,
@@ -131,6 +136,12 @@ def _failure(rejected: Rejected) -> ApplicationError:
     return ApplicationError(rejected.message, type=rejected.type, non_retryable=True)
 
 
+PATCH_WORKER_DEFAULTS = "conversation-opens-with-worker-defaults"
+"""The conversation reads the worker's defaults (message concurrency) when it opens."""
+
+MERGING = ("merge", "latest", "debounce")
+"""The message concurrencies whose waiting messages are answered together in one turn."""
+
 LOCAL_OPEN_PATCH = "local-open-conversation"
 """Conversations recorded before it ran ``open_conversation`` as a regular activity."""
 
@@ -145,7 +156,18 @@ class ConversationWorkflow:
     @workflow.init
     def __init__(self, input: ConversationInput | None = None) -> None:
         inp = input or ConversationInput()
-        self._settings = ConversationSettings(model=inp.model, max_steps=inp.max_steps)
+        self._settings = ConversationSettings(
+            model=inp.model,
+            max_steps=inp.max_steps,
+            message_concurrency=inp.message_concurrency,
+            debounce_ms=inp.debounce_ms,
+        )
+        self._worker_concurrency = inp.worker_concurrency
+        """The worker's default (``TURNS_MESSAGE_CONCURRENCY``) as the first run read it."""
+        self._worker_debounce_ms = inp.worker_debounce_ms
+        self._arrivals = 0
+        """Turn requests queued so far in this run (``debounce`` waits until it stops moving)."""
+        self._last_arrival: datetime | None = None
         self._turn_count = inp.turn_count
         self._queue: deque[PendingRequest] = deque(inp.queue)
         self._queued_bytes = sum(p.size for p in inp.queue)
@@ -208,8 +230,20 @@ class ConversationWorkflow:
             workflow.set_current_details(
                 "opening the conversation: **waiting for the store** (retrying until it answers)"
             )
-            if workflow.patched(LOCAL_OPEN_PATCH):
+            if workflow.patched(LOCAL_OPEN_PATCH) and workflow.patched(PATCH_WORKER_DEFAULTS):
                 # a local activity: no round trip to the server before the first turn starts
+                opened = await workflow.execute_local_activity(
+                    OPEN_CONVERSATION_WITH_DEFAULTS,
+                    conversation_id,
+                    result_type=ConversationOpened,
+                    start_to_close_timeout=options.SHORT,
+                    retry_policy=options.BOOKKEEPING_RETRY,
+                    summary="open conversation",
+                )
+                self._turn_count = opened.turn_count
+                self._worker_concurrency = opened.message_concurrency
+                self._worker_debounce_ms = opened.debounce_ms
+            elif workflow.patched(LOCAL_OPEN_PATCH):
                 self._turn_count = await workflow.execute_local_activity(
                     OPEN_CONVERSATION,
                     conversation_id,
@@ -263,11 +297,18 @@ class ConversationWorkflow:
         workflow.continue_as_new(self._carry())
 
     async def _next_turn(self, conversation_id: str) -> None:
+        head = self._queue[0]
+        if head.kind == "submit" and self._concurrency(head) == "debounce":
+            await self._quiet(self._debounce_ms(head))
+            if not self._queue or self._queue[0] is not head:
+                return  # cancelled, or handed over, while it waited: the loop looks again
         request = self._queue.popleft()
         self._queued_bytes -= request.size
         if request.kind == "add":
             await self._add(conversation_id, request)
             return
+        if request.kind == "submit" and self._concurrency(request) in MERGING:
+            self._merge_waiting(request)
         result = await self._run_turn(conversation_id, request)
         self._complete(request, result)
         if result.auto_continue:  # client tool results arrived: continue before anything else
@@ -386,6 +427,12 @@ class ConversationWorkflow:
         record.status = result.status
         record.error = result.error
         self._finish(request.request_id, result)
+        for merged in request.merged:  # answered by this turn too
+            other = self._records.get(merged)
+            if other is not None:
+                other.status, other.error = result.status, result.error
+                other.turn_number, other.workflow_id = record.turn_number, record.workflow_id
+            self._finish(merged, result.model_copy(update={"request_id": merged}))
         self._last_result = result
         self._usage = self._usage + result.usage
         if result.cost_usd is not None:
@@ -802,6 +849,9 @@ class ConversationWorkflow:
             queued_count=len(self._queue),
             rejected_count=self._rejected_count,
             waiting_for=self._waiting_for or ("queue_full" if self._full() else None),
+            message_concurrency=(
+                self._settings.message_concurrency or self._worker_concurrency or "queue"
+            ),
         )
 
     # --- helpers ----------------------------------------------------------------------------
@@ -813,6 +863,63 @@ class ConversationWorkflow:
             return SubmitMessages.model_validate(value)
         except ValidationError as e:
             raise Rejected(INVALID_REQUEST, _explain(e)) from None
+
+    def _concurrency(self, request: PendingRequest | SubmitMessages) -> str:
+        """What ``request`` does while a turn runs or waits: its own setting, the
+        conversation's, the worker's, else ``queue``."""
+        own = request.concurrency if isinstance(request, PendingRequest) else None
+        if isinstance(request, SubmitMessages):
+            own = request.message_concurrency
+        return own or self._settings.message_concurrency or self._worker_concurrency or "queue"
+
+    def _debounce_ms(self, request: PendingRequest) -> int:
+        for value in (request.debounce_ms, self._settings.debounce_ms, self._worker_debounce_ms):
+            if value is not None:
+                return value
+        return DEFAULT_DEBOUNCE_MS
+
+    async def _quiet(self, ms: int) -> None:
+        """Until no turn request has come for ``ms`` (``debounce``); a timer per wait."""
+        while self._last_arrival is not None:
+            quiet = (workflow.now() - self._last_arrival).total_seconds() * 1000
+            if quiet >= ms:
+                return
+            seen = self._arrivals
+            workflow.set_current_details(f"debounce: waiting for {ms} ms without a new message")
+            try:
+                await workflow.wait_condition(
+                    lambda seen=seen: self._arrivals != seen or self._handing_over,  # type: ignore[misc]
+                    timeout=timedelta(milliseconds=ms - quiet),
+                )
+            except TimeoutError:
+                pass
+            if self._handing_over:
+                return
+
+    def _merge_waiting(self, request: PendingRequest) -> None:
+        """Fold the turn requests waiting right behind ``request`` that merge too into it, in
+        order (their messages after its own; the newest body and model win), as far as the
+        stored request bound allows; they finish with its turn."""
+        while self._queue:
+            nxt = self._queue[0]
+            if nxt.kind != "submit" or self._concurrency(nxt) not in MERGING:
+                return
+            if request.size + nxt.size > MAX_STORED_REQUEST_BYTES:
+                return
+            self._queue.popleft()
+            self._queued_bytes -= nxt.size
+            request.messages = [*request.messages, *nxt.messages]
+            request.body, request.model = nxt.body or request.body, nxt.model or request.model
+            request.merged = [*request.merged, nxt.request_id, *nxt.merged]
+            request.size += nxt.size
+            record = self._records.get(nxt.request_id)
+            if record is not None:
+                record.status = "running"
+                record.merged_into = request.request_id
+
+    def _busy(self) -> bool:
+        """A turn runs or waits (what ``drop`` refuses and ``latest`` interrupts)."""
+        return self._running is not None or any(p.kind != "add" for p in self._queue)
 
     def _full(self, size: int = 0) -> bool:
         return (
@@ -869,6 +976,13 @@ class ConversationWorkflow:
         if req.regenerate is not None:
             self._check_room(size)
             return self._enqueue_regenerate(req, req.request_id or str(workflow.uuid4()), size)
+        concurrency = self._concurrency(req)
+        if concurrency == "drop" and self._busy():
+            raise Rejected(
+                CONVERSATION_BUSY,
+                "a turn is running or waiting and this conversation's message concurrency is"
+                " 'drop': send it again once the conversation is idle",
+            )
         if workflow.patched(PATCH_STORED_SIZES):
             request_id = req.request_id or str(workflow.uuid4())
             pending = self._pending(req.messages, request_id, body=req.body, model=req.model)
@@ -879,12 +993,23 @@ class ConversationWorkflow:
             pending = self._pending(
                 req.messages, request_id, size, measure=False, body=req.body, model=req.model
             )
+        pending.concurrency, pending.debounce_ms = req.message_concurrency, req.debounce_ms
         self._queue.append(pending)
         self._queued_bytes += pending.size
         self._records[request_id] = RequestRecord(request_id=request_id)
         self._last_body = req.body
         self._last_model = req.model
+        self._arrivals += 1
+        self._last_arrival = workflow.now()
+        if concurrency == "latest":
+            self._interrupt()
         return request_id
+
+    def _interrupt(self) -> None:
+        """``latest``: cancel the running turn as ``cancelChat`` does (it ends ``aborted``
+        with what it streamed); the messages waiting are answered next, in one turn."""
+        if self._running_turn is not None and self._running is not None:
+            self._running_turn.cancel()
 
     def _enqueue_regenerate(self, req: SubmitMessages, request_id: str, size: int) -> str:
         """A regeneration: no new messages; the marking is ``begin_turn``'s. Without a
@@ -972,6 +1097,10 @@ class ConversationWorkflow:
                 results=results[::-1],
                 rejected=list(self._rejected),
                 rejected_count=self._rejected_count,
+                message_concurrency=self._settings.message_concurrency,
+                debounce_ms=self._settings.debounce_ms,
+                worker_concurrency=self._worker_concurrency,
+                worker_debounce_ms=self._worker_debounce_ms,
             )
         )
 
