@@ -18,6 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities.errors import INVALID_MODEL, taken_over
+from durable_turns.activities.heartbeats import keep_alive
 from durable_turns.activities.lifecycle import Lifecycle
 from durable_turns.activities.patient_store import PatientStore
 from durable_turns.config import Settings
@@ -32,7 +33,7 @@ from durable_turns.store import (
     TurnState,
 )
 from durable_turns.store.base import owns
-from durable_turns.streams import ChunkPublisher, ChunkStreamBackend
+from durable_turns.streams import ChunkPublisher, ChunkStreamBackend, StreamUnavailable
 from durable_turns.tools import ToolRegistry
 
 
@@ -150,15 +151,36 @@ class ActivityDeps:
 
     @contextlib.asynccontextmanager
     async def publisher(
-        self, turn_id: str, step: int | None
+        self, turn_id: str, step: int | None, *, once: str | None = None
     ) -> AsyncIterator[ChunkPublisher | None]:
-        """The turn's live chunk stream (None when streaming is off); always flushed."""
+        """The turn's live chunk stream (None when streaming is off); always flushed.
+
+        Its writes wait at most ``stream_write_timeout_s`` (then ``StreamUnavailable``),
+        and the activity heartbeats meanwhile. ``once`` names what this activity publishes
+        the same in every attempt (a tool result, the turn's end): its attempts share one
+        writer, so the stream holds it once, however many attempts published it."""
         if self.streams is None:
             yield None
             return
-        attempt = activity.info().attempt
-        async with ChunkPublisher(self.streams, turn_id, step=step, attempt=attempt) as publisher:
-            yield publisher
+        info = activity.info()
+        writer = f"{info.workflow_run_id}/{info.activity_id}/{once}" if once else None
+        publisher = ChunkPublisher(
+            self.streams,
+            turn_id,
+            step=step,
+            attempt=info.attempt,
+            writer=writer,
+            write_timeout_s=self.settings.stream_write_timeout_s,
+        )
+        async with keep_alive(self.beat_every):
+            try:
+                yield publisher
+            except BaseException:
+                # the activity's own error wins over the stream's
+                with contextlib.suppress(StreamUnavailable):
+                    await publisher.aclose()
+                raise
+            await publisher.aclose()
 
 
 def _owned(ref: TurnRef, turn: TurnRecord | None) -> TurnRecord:

@@ -1,8 +1,8 @@
 """Issue 25, item 5: network faults between the parts, at the default settings.
 
 A fault-injecting proxy (``tests/support/faultproxy.py``) sits between the worker and one
-part (here PostgreSQL, the transcript store). Mid turn, the link is reset, slowed, and
-blackholed for 30 s. Every turn completes
+part: PostgreSQL (the transcript) or Redis (the live chunk stream). Mid turn, the link is
+reset, slowed, and blackholed for 30 s. Every turn completes
 with its whole reply; the transcript has the user's message once and one reply; the live
 stream a reader sees is the reply, whole and once; and the same worker process, never
 restarted, answers the next turn.
@@ -151,3 +151,19 @@ async def test_the_postgres_link_reset_slowed_and_blackholed_mid_turn(
         TURNS_STORE_URL=via,
     )
     _check_transcript(await _messages(direct, result.conversation_id), result.text)
+
+
+async def test_the_redis_link_reset_and_blackholed_mid_turn(harness: Harness) -> None:
+    db = REDIS.rsplit("/", 1)[1]
+    host_port = REDIS.split("//", 1)[1].split("/", 1)[0]
+    host, port = host_port.rsplit(":", 1)
+    with FaultProxy((host, int(port))) as proxy:
+        via = f"redis://{proxy.address}/{db}"
+        result = await _the_turn_survives(
+            harness,
+            proxy,
+            [("reset", 1.0), ("slow", 2.0), ("blackhole", BLACKHOLE_S)],
+            TURNS_CHUNK_STREAM_URL=via,
+        )
+    await _check_stream(REDIS, result, result.text)
+    _check_transcript(await _messages(harness.store_url, result.conversation_id), result.text)

@@ -22,6 +22,7 @@ from durable_turns.streams.base import (
     ChunkStreamBackend,
     MemoryBackend,
     StreamEvent,
+    StreamUnavailable,
     encode_event,
     live_events,
 )
@@ -79,6 +80,7 @@ __all__ = [
     "ChunkStreamBackend",
     "MemoryBackend",
     "StreamEvent",
+    "StreamUnavailable",
     "encode_event",
     "live_events",
     "open_stream_backend",

@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Final, Self
@@ -181,11 +182,24 @@ class ChunkStreamBackend(abc.ABC):
         await self.close()
 
     @abc.abstractmethod
-    async def append(self, stream_id: str, events: Sequence[Mapping[str, Any]]) -> int:
+    async def append(
+        self,
+        stream_id: str,
+        events: Sequence[Mapping[str, Any]],
+        *,
+        writer: str | None = None,
+        seq: int = 0,
+    ) -> int:
         """Append wire events (see ``encode_event``) atomically; return the last offset.
 
         The offsets are the next ones of the stream, whatever process appends concurrently.
         An empty list appends nothing and returns the current last offset.
+
+        ``writer`` and ``seq`` make the append idempotent: a batch whose ``seq`` is not
+        greater than the last one ``writer`` appended to this stream appends nothing and
+        returns the last offset that writer's appends got. An append whose answer was lost
+        (a timeout, a reset connection) may still have been applied, late; retried with the
+        same ``writer`` and ``seq`` it is written once.
         """
 
     @abc.abstractmethod
@@ -272,9 +286,25 @@ class MemoryBackend(ChunkStreamBackend):
         self.name = name
         self._streams = self._registry.setdefault(name, {})
 
-    async def append(self, stream_id: str, events: Sequence[Mapping[str, Any]]) -> int:
+    _writers: ClassVar[dict[str, dict[tuple[str, str], tuple[int, int]]]] = {}
+
+    async def append(
+        self,
+        stream_id: str,
+        events: Sequence[Mapping[str, Any]],
+        *,
+        writer: str | None = None,
+        seq: int = 0,
+    ) -> int:
         stream = self._streams.setdefault(stream_id, [])
+        writers = self._writers.setdefault(self.name, {})
+        if writer is not None:
+            seen = writers.get((stream_id, writer))
+            if seen is not None and seen[0] >= seq:
+                return seen[1]
         stream.extend(decode_batch(len(stream), encode_batch(events)))
+        if writer is not None and events:
+            writers[(stream_id, writer)] = (seq, len(stream) - 1)
         return len(stream) - 1
 
     async def read(
@@ -289,9 +319,35 @@ class MemoryBackend(ChunkStreamBackend):
 
     async def delete(self, stream_id: str) -> None:
         self._streams.pop(stream_id, None)
+        writers = self._writers.get(self.name, {})
+        for key in [k for k in writers if k[0] == stream_id]:
+            del writers[key]
 
 
 # --- the publisher -----------------------------------------------------------------------
+
+
+WRITE_TIMEOUT_S: Final = 60.0
+"""How long a publisher's boundary (``step_finish``, ``turn_finish``, ``flush``, ...) keeps
+retrying a stream it cannot write before it gives up with :class:`StreamUnavailable`."""
+
+RETRY_PAUSE_S: Final = (0.05, 2.0)
+"""A failed append is retried after the first pause, doubling up to the second."""
+
+
+class StreamUnavailable(Exception):
+    """The chunk stream could not be written within the publisher's ``write_timeout_s``.
+
+    The publisher gives up on the stream from then on: its buffered events are dropped
+    (counted in ``dropped``) and its boundaries raise this again at once."""
+
+    def __init__(self, stream_id: str, timeout_s: float, cause: BaseException | None) -> None:
+        super().__init__(
+            f"chunk stream {stream_id}: not writable within {timeout_s:g}s"
+            + (f" (last error: {cause!r})" if cause is not None else "")
+        )
+        self.stream_id = stream_id
+        self.timeout_s = timeout_s
 
 
 class ChunkPublisher:
@@ -305,8 +361,15 @@ class ChunkPublisher:
     ``reset``) and ``aclose`` flush before returning, so readers see them promptly and
     nothing is lost when the activity ends.
 
-    A failed background flush is logged and retried (the events stay buffered, in order);
-    ``flush``/``aclose`` raise the backend's error.
+    Every batch is appended as ``(writer, seq)`` (see ``ChunkStreamBackend.append``), and a
+    failed append is retried with the same batch: an append whose answer was lost but that
+    the backend applied anyway is written once. ``writer`` is unique to this publisher by
+    default; two publishers that publish the same batches (the attempts of one activity
+    that publishes one boundary) may share one, and the stream then holds them once.
+
+    A failed background flush is logged and retried (the events stay buffered, in order).
+    A boundary retries for up to ``write_timeout_s`` (None: until it succeeds), then raises
+    :class:`StreamUnavailable`, and the publisher gives up on the stream.
     """
 
     def __init__(
@@ -318,9 +381,13 @@ class ChunkPublisher:
         attempt: int | None = None,
         flush_interval_s: float = 0.03,
         max_batch: int = 256,
+        writer: str | None = None,
+        write_timeout_s: float | None = WRITE_TIMEOUT_S,
     ) -> None:
         if max_batch < 1 or flush_interval_s < 0:
             raise ValueError("max_batch must be >= 1 and flush_interval_s >= 0")
+        if write_timeout_s is not None and write_timeout_s <= 0:
+            raise ValueError("write_timeout_s must be > 0 (or None: no bound)")
         self.backend = backend
         self.stream_id = stream_id
         self.step = step
@@ -329,11 +396,21 @@ class ChunkPublisher:
         """Stamped on every event published from now on (``reset`` sets it)."""
         self.flush_interval_s = flush_interval_s
         self.max_batch = max_batch
+        self.writer = writer or uuid.uuid4().hex
+        self.write_timeout_s = write_timeout_s
         self.last_offset = -1
         """The last offset this publisher wrote (-1 before its first flush)."""
         self.appends = 0
         """How many backend appends this publisher made."""
+        self.dropped = 0
+        """Events given up on: buffered or published after a :class:`StreamUnavailable`."""
         self._buf: list[tuple[str, Any, int | None, int | None]] = []
+        self._seq = 0
+        """The last batch number the backend confirmed (or that may have been applied)."""
+        self._inflight: tuple[int, int, list[dict[str, Any]]] | None = None
+        """The batch being appended (``seq``, how many buffered events, the wire events):
+        a failed append is retried with exactly it."""
+        self._failed: StreamUnavailable | None = None
         self._lock = asyncio.Lock()
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -358,8 +435,16 @@ class ChunkPublisher:
         """Events published but not yet appended."""
         return len(self._buf)
 
+    @property
+    def failed(self) -> StreamUnavailable | None:
+        """Why this publisher gave up on the stream (None: it has not)."""
+        return self._failed
+
     def publish(self, event_type: str, data: Any = None) -> None:
         """Buffer one event (a dict or a pydantic model, dumped at flush time)."""
+        if self._failed is not None:
+            self.dropped += 1
+            return
         buf = self._buf
         buf.append((event_type, data, self.step, self.attempt))
         n = len(buf)
@@ -378,7 +463,7 @@ class ChunkPublisher:
         self._kick.set()
 
     async def _flusher(self) -> None:
-        while True:
+        while self._failed is None:
             if not self._buf:
                 self._kick.clear()
                 await self._kick.wait()  # set by the first event into an empty buffer
@@ -396,8 +481,39 @@ class ChunkPublisher:
                 await asyncio.sleep(max(self.flush_interval_s, 0.1))
 
     async def flush(self) -> int:
-        """Append everything buffered, in batches of at most ``max_batch``; the last offset."""
-        return await self._flush(drain=True)
+        """Append everything buffered, in batches of at most ``max_batch``; the last offset.
+
+        A failed append is retried (with a pause of ``RETRY_PAUSE_S``) for up to
+        ``write_timeout_s``; then :class:`StreamUnavailable`."""
+        if self._failed is not None:
+            raise self._failed
+        loop = asyncio.get_running_loop()
+        deadline = None if self.write_timeout_s is None else loop.time() + self.write_timeout_s
+        pause, error = RETRY_PAUSE_S[0], None
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline) as scope:
+                    return await self._flush(drain=True)
+            except Exception as e:  # a backend's own timeout too
+                if scope.expired():
+                    break
+                error = e
+            if deadline is not None and loop.time() + pause >= deadline:
+                break
+            log.warning("chunk stream %s: append failed, will retry: %r", self.stream_id, error)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, RETRY_PAUSE_S[1])
+        assert self.write_timeout_s is not None
+        self._give_up(StreamUnavailable(self.stream_id, self.write_timeout_s, error))
+        assert self._failed is not None
+        raise self._failed
+
+    def _give_up(self, error: StreamUnavailable) -> None:
+        self._failed = error
+        self.dropped += len(self._buf)
+        self._buf.clear()
+        self._inflight = None
+        log.warning("%s; %d events dropped", error, self.dropped)
 
     async def _flush(self, drain: bool) -> int:
         """Append the buffer; without ``drain`` only what it held on entry.
@@ -410,10 +526,15 @@ class ChunkPublisher:
             buf = self._buf
             todo = len(buf)
             while buf and (drain or todo > 0):
-                n = min(len(buf) if drain else todo, self.max_batch)
-                events = [encode_event(*item) for item in buf[:n]]
-                self.last_offset = await self.backend.append(self.stream_id, events)
+                if self._inflight is None:  # else: the batch whose append failed, again
+                    n = min(len(buf) if drain else todo, self.max_batch)
+                    self._inflight = (self._seq + 1, n, [encode_event(*i) for i in buf[:n]])
+                seq, n, events = self._inflight
+                self.last_offset = await self.backend.append(
+                    self.stream_id, events, writer=self.writer, seq=seq
+                )
                 self.appends += 1
+                self._seq, self._inflight = seq, None
                 sent_chunk = any(item[0] == CHUNK for item in buf[:n])
                 del buf[:n]  # only now: a failed append keeps its events for the retry
                 todo -= n
@@ -436,6 +557,8 @@ class ChunkPublisher:
         """
         async with self._lock:
             self._buf.clear()
+            if self._inflight is not None:  # it may have been applied: its number is used
+                self._seq, self._inflight = self._inflight[0], None
         if attempt is not None:
             self.attempt = attempt
         return await self.boundary(RESET, {"reason": reason} if reason else None)
@@ -476,7 +599,8 @@ class ChunkPublisher:
         if self._closed:
             return
         try:
-            await self.flush()
+            if self._failed is None:
+                await self.flush()
         finally:
             self._closed = True
             if self._task is not None:

@@ -15,12 +15,18 @@ finished turns vanish on their own.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from durable_turns.streams.base import (
     TURN_FINISH,
@@ -30,7 +36,16 @@ from durable_turns.streams.base import (
     encode_batch,
 )
 
+log = logging.getLogger(__name__)
+
 APPEND_LUA = """
+if ARGV[5] ~= '' then
+    local seen = redis.call('HGET', KEYS[2], ARGV[5])
+    if seen then
+        local seq, last = string.match(seen, '^(%d+):(%-?%d+)$')
+        if tonumber(seq) >= tonumber(ARGV[6]) then return tonumber(last) end
+    end
+end
 local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local first = 0
 if top[1] then first = tonumber(string.match(top[1][1], '^(%d+)')) end
@@ -42,9 +57,31 @@ else
     redis.call('XADD', KEYS[1], id, 'e', ARGV[2])
 end
 if tonumber(ARGV[4]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
+if ARGV[5] ~= '' then
+    redis.call('HSET', KEYS[2], ARGV[5], ARGV[6] .. ':' .. (first + n - 1))
+    if tonumber(ARGV[4]) > 0 then redis.call('EXPIRE', KEYS[2], ARGV[4]) end
+end
 return first + n - 1
 """
-"""KEYS: the stream. ARGV: event count, body, MAXLEN (0 = none), TTL seconds (0 = none)."""
+"""KEYS: the stream, its writers hash. ARGV: event count, body, MAXLEN (0 = none), TTL
+seconds (0 = none), writer ('' = none), the batch's seq. A writer's batch whose seq is not
+above the last one it appended is not appended again (its answer was lost, the append
+retried): the last offset that writer got is returned."""
+
+WRITERS = "\x1fwriters"
+"""Suffix of a stream's writers hash (writer → ``seq:last offset``), kept as long as the
+stream; no stream id holds a control character, so no stream's key is another's hash."""
+
+SOCKET_TIMEOUT_S = 5.0
+"""How long one Redis command waits for its answer (and a connection for its connect)
+before it fails; ``socket_timeout``/``socket_connect_timeout`` in the URL override it."""
+
+HEALTH_CHECK_S = 15
+"""A pooled connection idle this long is checked with a PING before its next command."""
+
+RETRIES = 2
+"""redis-py's own retries of a command whose connection failed or timed out (then the
+caller's: the publisher retries its appends, a follower its reads)."""
 
 PAGE = 256
 """Batches per XRANGE/XREAD round trip."""
@@ -87,7 +124,19 @@ class RedisStreamBackend(ChunkStreamBackend):
         return f"{self.prefix}{stream_id}"
 
     async def open(self) -> None:
-        client = aioredis.Redis.from_url(self.url)
+        # Every command is bounded: a blackholed link fails it after SOCKET_TIMEOUT_S
+        # instead of hanging (redis-py < 6 waits forever by default). A blocking XREAD
+        # waits block_ms on the server first, so its bound is that much longer.
+        timeout = max(SOCKET_TIMEOUT_S, self.block_ms / 1000 + SOCKET_TIMEOUT_S / 2)
+        client = aioredis.Redis.from_url(
+            self.url,
+            socket_timeout=timeout,
+            socket_connect_timeout=SOCKET_TIMEOUT_S,
+            socket_keepalive=True,
+            health_check_interval=HEALTH_CHECK_S,
+            retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), RETRIES),
+            retry_on_error=[RedisConnectionError, RedisTimeoutError],
+        )
         await client.ping()
         self._redis = client
         self._script = client.register_script(APPEND_LUA)
@@ -103,13 +152,24 @@ class RedisStreamBackend(ChunkStreamBackend):
             raise RuntimeError("RedisStreamBackend is not open")
         return self._redis
 
-    async def append(self, stream_id: str, events: Sequence[Mapping[str, Any]]) -> int:
+    def writers_key(self, stream_id: str) -> str:
+        return f"{self.key(stream_id)}{WRITERS}"
+
+    async def append(
+        self,
+        stream_id: str,
+        events: Sequence[Mapping[str, Any]],
+        *,
+        writer: str | None = None,
+        seq: int = 0,
+    ) -> int:
         if not events:
             return await self.last_offset(stream_id)
         if self._script is None:
             raise RuntimeError("RedisStreamBackend is not open")
-        args = [len(events), encode_batch(events), self.maxlen, self.ttl_s]
-        return int(await self._script(keys=[self.key(stream_id)], args=args))
+        args = [len(events), encode_batch(events), self.maxlen, self.ttl_s, writer or "", seq]
+        keys = [self.key(stream_id), self.writers_key(stream_id)]
+        return int(await self._script(keys=keys, args=args))
 
     async def read(
         self, stream_id: str, after: int = -1, limit: int | None = None
@@ -130,10 +190,11 @@ class RedisStreamBackend(ChunkStreamBackend):
         return _ms(top[0][0]) - 1 if top else -1
 
     async def delete(self, stream_id: str) -> None:
-        await self.client.delete(self.key(stream_id))
+        await self.client.delete(self.key(stream_id), self.writers_key(stream_id))
 
     async def expire(self, stream_id: str, ttl_s: float) -> None:
-        await self.client.expire(self.key(stream_id), max(int(ttl_s), 1))
+        for key in (self.key(stream_id), self.writers_key(stream_id)):
+            await self.client.expire(key, max(int(ttl_s), 1))
 
     async def follow(
         self,
@@ -147,10 +208,14 @@ class RedisStreamBackend(ChunkStreamBackend):
         """Like the base ``follow``, but blocks in ``XREAD`` instead of polling.
 
         ``poll_interval`` is unused: new batches wake the reader at once. Each blocked
-        reader holds one pooled connection.
+        reader holds one pooled connection. A read that fails (Redis unreachable, a reset or
+        blackholed link) is retried from the same offset after a pause (0.1 s, doubling to
+        2 s): the reader pauses and resumes where it was, with no gap and no repeat, and
+        ``idle_timeout`` counts the outage as idle time.
         """
         key, cursor = self.key(stream_id), after
         idle_since = time.monotonic()
+        pause = 0.1
         while True:
             block = self.block_ms
             if idle_timeout is not None:
@@ -158,7 +223,16 @@ class RedisStreamBackend(ChunkStreamBackend):
                 if remaining <= 0:
                     return
                 block = max(1, min(block, int(remaining * 1000)))
-            resp: Any = await self.client.xread({key: f"{cursor + 1}-0"}, count=PAGE, block=block)
+            try:
+                resp: Any = await self.client.xread(
+                    {key: f"{cursor + 1}-0"}, count=PAGE, block=block
+                )
+            except (RedisConnectionError, RedisTimeoutError) as e:
+                log.warning("chunk stream %s: read failed, will retry: %r", stream_id, e)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+                continue
+            pause = 0.1
             for _key, entries in resp or []:
                 for entry_id, fields in entries:
                     for ev in _events(entry_id, fields, cursor):

@@ -32,7 +32,15 @@ CREATE TABLE IF NOT EXISTS chunk_batches (
     PRIMARY KEY (stream_id, first_offset)
 );
 CREATE INDEX IF NOT EXISTS chunk_batches_by_last ON chunk_batches (stream_id, last_offset);
+CREATE TABLE IF NOT EXISTS chunk_writers (
+    stream_id TEXT NOT NULL,
+    writer TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    last_offset INTEGER NOT NULL,
+    PRIMARY KEY (stream_id, writer)
+);
 """
+"""``chunk_writers``: each writer's last batch number per stream (idempotent appends)."""
 
 
 class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
@@ -56,12 +64,26 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
             self._wake.close()
         await super().close()
 
-    async def append(self, stream_id: str, events: Sequence[Mapping[str, Any]]) -> int:
+    async def append(
+        self,
+        stream_id: str,
+        events: Sequence[Mapping[str, Any]],
+        *,
+        writer: str | None = None,
+        seq: int = 0,
+    ) -> int:
         if not events:
             return await self.last_offset(stream_id)
         body, n = encode_batch(events), len(events)
 
         def append(conn: sqlite3.Connection) -> int:
+            if writer is not None:
+                seen = conn.execute(
+                    "SELECT seq, last_offset FROM chunk_writers WHERE stream_id = ? AND writer = ?",
+                    (stream_id, writer),
+                ).fetchone()
+                if seen is not None and seen[0] >= seq:
+                    return int(seen[1])  # applied before: its answer was lost
             row = conn.execute(
                 "SELECT last_offset FROM chunk_batches WHERE stream_id = ?"
                 " ORDER BY first_offset DESC LIMIT 1",
@@ -73,6 +95,12 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
                 " VALUES (?, ?, ?, ?, ?)",
                 (stream_id, first, first + n - 1, body, time.time()),
             )
+            if writer is not None:
+                conn.execute(
+                    "INSERT OR REPLACE INTO chunk_writers (stream_id, writer, seq, last_offset)"
+                    " VALUES (?, ?, ?, ?)",
+                    (stream_id, writer, seq, first + n - 1),
+                )
             return int(first + n - 1)
 
         # a write transaction holds the file's write lock: no other process allocates now
@@ -107,12 +135,11 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         return int(rows[0][0]) if rows else -1
 
     async def delete(self, stream_id: str) -> None:
-        await self._call(
-            lambda conn: conn.execute(
-                "DELETE FROM chunk_batches WHERE stream_id = ?", (stream_id,)
-            ),
-            write=True,
-        )
+        def delete(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM chunk_batches WHERE stream_id = ?", (stream_id,))
+            conn.execute("DELETE FROM chunk_writers WHERE stream_id = ?", (stream_id,))
+
+        await self._transaction(delete, write=True)
 
     async def trim(self, older_than_s: float) -> int:
         """Delete whole streams whose last batch is older than ``older_than_s``.
@@ -129,5 +156,9 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
             "DELETE FROM chunk_batches WHERE stream_id IN (SELECT stream_id"
             " FROM chunk_batches GROUP BY stream_id HAVING MAX(created_at) < ?)",
             (cutoff,),
+        )
+        conn.execute(
+            "DELETE FROM chunk_writers WHERE stream_id NOT IN"
+            " (SELECT DISTINCT stream_id FROM chunk_batches)"
         )
         return cur.rowcount
