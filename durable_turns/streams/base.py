@@ -8,7 +8,9 @@ any offset, as many times and as late as they like.
 Offsets are assigned by the backend, never by a publisher, so they are gap-free and strictly
 increasing per stream even when a retried activity on another worker (another process)
 appends after the previous attempt's chunks. A retried attempt first writes a ``reset``
-marker; ``live_events`` applies it for readers.
+marker; ``live_events`` applies it for readers. Appends are idempotent per ``(writer,
+seq)``, so a retried append whose first try was applied is written once, and a publisher's
+boundaries wait for the backend at most ``write_timeout_s`` (``StreamUnavailable``).
 """
 
 from __future__ import annotations

@@ -11,6 +11,11 @@ counter key. Reading after offset *k* is ``XRANGE`` from ID ``{k+2}-0``, followi
 ``XREAD BLOCK`` after ID ``{k+1}-0``: both exactly the batches with ``last > k``. Each
 append trims with ``MAXLEN ~`` (the bound counts batches) and refreshes the key's TTL, so
 finished turns vanish on their own.
+
+Appends are idempotent: the script keeps each writer's last batch number in a hash beside
+the stream (same TTL) and skips a batch it has already appended, so an append whose answer
+was lost (a reset or blackholed link: Redis may run it late) is written once when retried.
+Every command is bounded (``SOCKET_TIMEOUT_S``); a follower retries a failed read.
 """
 
 from __future__ import annotations
@@ -74,7 +79,9 @@ stream; no stream id holds a control character, so no stream's key is another's 
 
 SOCKET_TIMEOUT_S = 5.0
 """How long one Redis command waits for its answer (and a connection for its connect)
-before it fails; ``socket_timeout``/``socket_connect_timeout`` in the URL override it."""
+before it fails, plus ``block_ms`` (a blocking ``XREAD`` waits that long on the server);
+``socket_timeout``/``socket_connect_timeout`` in the URL override it (keep the former above
+``block_ms``)."""
 
 HEALTH_CHECK_S = 15
 """A pooled connection idle this long is checked with a PING before its next command."""
@@ -127,7 +134,7 @@ class RedisStreamBackend(ChunkStreamBackend):
         # Every command is bounded: a blackholed link fails it after SOCKET_TIMEOUT_S
         # instead of hanging (redis-py < 6 waits forever by default). A blocking XREAD
         # waits block_ms on the server first, so its bound is that much longer.
-        timeout = max(SOCKET_TIMEOUT_S, self.block_ms / 1000 + SOCKET_TIMEOUT_S / 2)
+        timeout = SOCKET_TIMEOUT_S + self.block_ms / 1000
         client = aioredis.Redis.from_url(
             self.url,
             socket_timeout=timeout,
