@@ -18,7 +18,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities.errors import INVALID_MODEL, taken_over
-from durable_turns.activities.heartbeats import keep_alive
 from durable_turns.activities.lifecycle import Lifecycle
 from durable_turns.activities.patient_store import PatientStore
 from durable_turns.config import Settings
@@ -155,8 +154,8 @@ class ActivityDeps:
     ) -> AsyncIterator[ChunkPublisher | None]:
         """The turn's live chunk stream (None when streaming is off); always flushed.
 
-        Its writes wait at most ``stream_write_timeout_s`` (then ``StreamUnavailable``),
-        and the activity heartbeats meanwhile. ``once`` names what this activity publishes
+        Its boundaries wait at most ``stream_write_timeout_s`` (then ``StreamUnavailable``),
+        and the activity heartbeats while they wait. ``once`` names what this activity publishes
         the same in every attempt (a tool result, the turn's end): its attempts share one
         writer, so the stream holds it once, however many attempts published it."""
         if self.streams is None:
@@ -171,16 +170,18 @@ class ActivityDeps:
             attempt=info.attempt,
             writer=writer,
             write_timeout_s=self.settings.stream_write_timeout_s,
+            # a local activity has no heartbeat: the SDK keeps its workflow task alive
+            on_wait=None if info.is_local else activity.heartbeat,
+            wait_beat_s=self.beat_every,
         )
-        async with keep_alive(self.beat_every):
-            try:
-                yield publisher
-            except BaseException:
-                # the activity's own error wins over the stream's
-                with contextlib.suppress(StreamUnavailable):
-                    await publisher.aclose()
-                raise
-            await publisher.aclose()
+        try:
+            yield publisher
+        except BaseException:
+            # the activity's own error wins over the stream's
+            with contextlib.suppress(StreamUnavailable):
+                await publisher.aclose()
+            raise
+        await publisher.aclose()
 
 
 def _owned(ref: TurnRef, turn: TurnRecord | None) -> TurnRecord:

@@ -623,13 +623,15 @@ async def test_a_hung_stream_write_gives_up_within_its_bound() -> None:
         raise AssertionError("unreachable")
 
     backend.append = blackholed  # type: ignore[method-assign]
-    pub = ChunkPublisher(backend, "s", write_timeout_s=0.3)
+    beats: list[str] = []
+    pub = ChunkPublisher(backend, "s", write_timeout_s=0.3, on_wait=beats.append, wait_beat_s=0.05)
     pub.publish(CHUNK, {"i": 0})
     started = asyncio.get_running_loop().time()
     with pytest.raises(stream_base.StreamUnavailable, match=r"not writable within 0\.3s"):
         await pub.step_finish()
     assert 0.25 < asyncio.get_running_loop().time() - started < 2.0
     assert pub.failed is not None and pub.dropped == 2
+    assert len(beats) >= 3 and beats[0] == "waiting for the chunk stream s"  # heartbeats
     pub.publish(CHUNK, {"i": 1})  # dropped, not raised: the step goes on
     assert pub.dropped == 3 and pub.pending == 0
     with pytest.raises(stream_base.StreamUnavailable):

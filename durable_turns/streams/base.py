@@ -22,7 +22,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Final, Self
 
@@ -385,6 +385,8 @@ class ChunkPublisher:
         max_batch: int = 256,
         writer: str | None = None,
         write_timeout_s: float | None = WRITE_TIMEOUT_S,
+        on_wait: Callable[[str], None] | None = None,
+        wait_beat_s: float = 1.0,
     ) -> None:
         if max_batch < 1 or flush_interval_s < 0:
             raise ValueError("max_batch must be >= 1 and flush_interval_s >= 0")
@@ -400,6 +402,10 @@ class ChunkPublisher:
         self.max_batch = max_batch
         self.writer = writer or uuid.uuid4().hex
         self.write_timeout_s = write_timeout_s
+        self.on_wait = on_wait
+        """Called every ``wait_beat_s`` while a boundary waits for the backend (an activity's
+        heartbeat: a stream write that hangs is a live worker, not a dead one)."""
+        self.wait_beat_s = wait_beat_s
         self.last_offset = -1
         """The last offset this publisher wrote (-1 before its first flush)."""
         self.appends = 0
@@ -489,6 +495,21 @@ class ChunkPublisher:
         ``write_timeout_s``; then :class:`StreamUnavailable`."""
         if self._failed is not None:
             raise self._failed
+        if self.on_wait is None:
+            return await self._flush_within_bound()
+        beats = asyncio.get_running_loop().create_task(self._beat())
+        try:
+            return await self._flush_within_bound()
+        finally:
+            beats.cancel()
+
+    async def _beat(self) -> None:
+        assert self.on_wait is not None
+        while True:
+            await asyncio.sleep(self.wait_beat_s)
+            self.on_wait(f"waiting for the chunk stream {self.stream_id}")
+
+    async def _flush_within_bound(self) -> int:
         loop = asyncio.get_running_loop()
         deadline = None if self.write_timeout_s is None else loop.time() + self.write_timeout_s
         pause, error = RETRY_PAUSE_S[0], None
