@@ -23,8 +23,10 @@ __all__ = ["ActivityDeps", "all_activities"]
 def all_activities(deps: ActivityDeps) -> list[Callable[..., Any]]:
     """Every activity of a turn, bound to one worker's dependencies."""
     finish = FinishActivities(deps)
+    conversation = ConversationActivities(deps)
     return [
-        ConversationActivities(deps).open_conversation,
+        conversation.open_conversation,
+        conversation.add_messages,
         intake_pause,
         BeginActivities(deps).begin_turn,
         ModelStepActivities(deps).model_step,

@@ -57,8 +57,12 @@ def assistant_parts(steps: list[StepRecord], results: dict[str, ToolResultRecord
 
 
 def turn_config(turn: TurnRecord) -> TurnConfig:
-    """The config ``before_turn`` (and the extensions) decided, as recorded with the turn."""
-    return TurnConfig.model_validate(turn.config)
+    """The config ``before_turn`` (and the extensions) decided, as recorded with the turn.
+
+    Read tolerantly: a key a newer worker version recorded (a TurnConfig field this version
+    does not have) is left out, not an error; ``before_turn``'s own return stays strict."""
+    known = TurnConfig.model_fields
+    return TurnConfig.model_validate({k: v for k, v in turn.config.items() if k in known})
 
 
 def assistant_message(

@@ -1,11 +1,13 @@
-"""``open_conversation``: where a conversation's turn numbering resumes; ``intake_pause``."""
+"""``open_conversation``: where a conversation's turn numbering resumes; ``add_messages``:
+an ``addMessages`` request into the transcript; ``intake_pause``."""
 
 from __future__ import annotations
 
 from temporalio import activity
 
 from durable_turns.activities.deps import ActivityDeps
-from durable_turns.contract import INTAKE_PAUSE, OPEN_CONVERSATION
+from durable_turns.contract import ADD_MESSAGES, INTAKE_PAUSE, OPEN_CONVERSATION
+from durable_turns.messages import Message
 
 
 class ConversationActivities:
@@ -16,6 +18,12 @@ class ConversationActivities:
     async def open_conversation(self, conversation_id: str) -> int:
         """The last turn number stored for a conversation (0 for a new one)."""
         return await self.deps.store.last_turn_number(conversation_id)
+
+    @activity.defn(name=ADD_MESSAGES)
+    async def add_messages(self, conversation_id: str, messages: list[Message]) -> None:
+        """Append messages to the transcript outside any turn; a message id already stored
+        is left as it is (a retry, or the same note sent again)."""
+        await self.deps.store.add_messages(conversation_id, messages)
 
 
 @activity.defn(name=INTAKE_PAUSE)

@@ -33,6 +33,7 @@ from durable_turns.store import (
 )
 from durable_turns.store.base import owns
 from durable_turns.streams import ChunkPublisher, ChunkStreamBackend, StreamUnavailable
+from durable_turns.streams.base import StreamNotOwned
 from durable_turns.tools import ToolRegistry
 
 
@@ -150,14 +151,16 @@ class ActivityDeps:
 
     @contextlib.asynccontextmanager
     async def publisher(
-        self, turn_id: str, step: int | None, *, once: str | None = None
+        self, turn: TurnRef | TurnRecord, step: int | None, *, once: str | None = None
     ) -> AsyncIterator[ChunkPublisher | None]:
         """The turn's live chunk stream (None when streaming is off); always flushed.
 
-        Its boundaries wait at most ``stream_write_timeout_s`` (then ``StreamUnavailable``),
-        and the activity heartbeats while they wait. ``once`` names what this activity publishes
-        the same in every attempt (a tool result, the turn's end): its attempts share one
-        writer, so the stream holds it once, however many attempts published it."""
+        Every append names this run (``turn.owner``); a stream another run owns refuses
+        them, and the activity fails with TurnTakenOver. Its boundaries wait at most
+        ``stream_write_timeout_s`` (then ``StreamUnavailable``), and the activity heartbeats
+        while they wait. ``once`` names what this activity publishes the same in every
+        attempt (a tool result, the turn's end): its attempts share one writer, so the
+        stream holds it once, however many attempts published it."""
         if self.streams is None:
             yield None
             return
@@ -165,9 +168,11 @@ class ActivityDeps:
         writer = f"{info.workflow_run_id}/{info.activity_id}/{once}" if once else None
         publisher = ChunkPublisher(
             self.streams,
-            turn_id,
+            turn.turn_id,
             step=step,
             attempt=info.attempt,
+            owner=turn.owner,
+            by_conversation=turn.by_conversation,
             writer=writer,
             write_timeout_s=self.settings.stream_write_timeout_s,
             # a local activity has no heartbeat: the SDK keeps its workflow task alive
@@ -175,13 +180,16 @@ class ActivityDeps:
             wait_beat_s=self.beat_every,
         )
         try:
-            yield publisher
-        except BaseException:
-            # the activity's own error wins over the stream's
-            with contextlib.suppress(StreamUnavailable):
-                await publisher.aclose()
-            raise
-        await publisher.aclose()
+            try:
+                yield publisher
+            except BaseException:
+                # the activity's own error wins over the stream's
+                with contextlib.suppress(StreamUnavailable, StreamNotOwned):
+                    await publisher.aclose()
+                raise
+            await publisher.aclose()
+        except StreamNotOwned as e:
+            raise taken_over(turn.turn_id, "its live stream belongs to another run") from e
 
 
 def _owned(ref: TurnRef, turn: TurnRecord | None) -> TurnRecord:

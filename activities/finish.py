@@ -152,7 +152,7 @@ class FinishActivities:
         try:
             # once: a retried attempt (its predecessor's write applied, its answer lost)
             # does not end the stream twice
-            async with self.deps.publisher(turn.turn_id, None, once=TURN_FINISH) as publisher:
+            async with self.deps.publisher(turn, None, once=TURN_FINISH) as publisher:
                 if publisher is not None:
                     data: dict[str, Any] = {
                         "text": text,

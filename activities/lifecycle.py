@@ -11,9 +11,11 @@ how its return is validated, and what its failure means:
 * an extension raising or timing out is logged and ignored (``hooks.extensions``).
 
 A hook written as a plain ``def`` runs in a thread of a bounded pool (``HOOK_THREADS``), so
-blocking code in it never stalls the other turns of the worker; ``on_chunk`` is the
-exception (it runs per chunk, on the loop: keep it cheap). An ``async def`` hook that blocks
-is named in the worker's log (``activities.loopwatch``).
+blocking code in it never stalls the other turns of the worker. An ``async def`` hook (and
+an extension's) runs on a user loop of its own (``activities.isolation``): one that blocks
+delays only its own turn, and is named in the worker's log (``activities.loopwatch``).
+``on_chunk`` (sync or async) runs per chunk on one user loop kept for the step, in order, and
+the step ends after its last chunk was seen.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from temporalio import activity
 
-from durable_turns.activities import loopwatch
+from durable_turns.activities import isolation
 from durable_turns.activities.errors import hook_failure
 from durable_turns.contract import TurnRef
 from durable_turns.hooks.base import TurnHooks, overrides
@@ -107,15 +109,13 @@ def hook_executor() -> ThreadPoolExecutor:
 
 
 async def run_hook(name: str, fn: Callable[..., Any], *args: Any) -> Any:
-    """Call a user's hook: ``async def`` on the loop, a plain ``def`` in a thread."""
+    """Call a user's hook: ``async def`` on a user loop, a plain ``def`` in a thread."""
     if inspect.iscoroutinefunction(fn):
-        with loopwatch.running(f"hook {name}"):
-            return await fn(*args)
+        return await isolation.run(f"hook {name}", functools.partial(fn, *args))
     call = functools.partial(contextvars.copy_context().run, fn, *args)
     result = await asyncio.get_running_loop().run_in_executor(hook_executor(), call)
     if inspect.isawaitable(result):
-        with loopwatch.running(f"hook {name}"):
-            result = await result
+        result = await isolation.run(f"hook {name}", functools.partial(call_hook, result))
     return result
 
 
@@ -128,7 +128,9 @@ class Lifecycle:
 
     def __init__(self, hooks: TurnHooks, extensions: Sequence[Any] | None = None) -> None:
         self.hooks = hooks
-        self.extensions = Extensions(hooks.extensions if extensions is None else extensions)
+        self.extensions = Extensions(
+            hooks.extensions if extensions is None else extensions, run_async=isolation.run
+        )
         self._overridden = frozenset(n for n in HOOKS if overrides(hooks, n))
 
     def overrides(self, hook: str) -> bool:

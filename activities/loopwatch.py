@@ -1,10 +1,11 @@
 """Blocking code on the event loop, found and named in the worker's log.
 
-Every turn of a worker shares one asyncio event loop: an ``async def`` tool or hook that
-calls ``time.sleep`` or a blocking client holds it, and every other conversation's
-activities wait. Plain ``def`` tools and hooks run in threads and cannot do that; for async
-code this watchdog thread pings the loop and, when a ping waits longer than ``LAG_S``, logs
-what holds it: the tool or hook running (``running(label)``) and where its code is.
+Every turn of a worker shares one asyncio event loop, so user code runs off it: plain
+``def`` tools and hooks in threads, ``async def`` ones on user loops (``isolation``). A
+watchdog thread per loop (the worker's and each user loop) pings it and, when a ping waits
+longer than ``LAG_S``, logs what holds it: the tool or hook running (``running(label)``) and
+where its code is. On a user loop only the calls on that loop wait; on the worker's loop
+(isolation off, or engine code) every turn of the worker does.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ log = logging.getLogger("durable_turns.loop")
 _labels: dict[int, str] = {}
 """``id(task)`` → what that task runs, e.g. ``tool get_weather``."""
 _watched: dict[int, _Watch] = {}
+_callback_labels: dict[int, str] = {}
+"""``id(loop)`` → what the plain callback running on that loop runs (no task to label)."""
 
 
 @contextlib.contextmanager
@@ -48,22 +51,37 @@ def running(label: str) -> Iterator[None]:
             _labels[key] = previous
 
 
-def watch(loop: asyncio.AbstractEventLoop) -> None:
-    """Start the watchdog of ``loop`` (once; it is called from the loop's thread)."""
+@contextlib.contextmanager
+def running_here(label: str) -> Iterator[None]:
+    """Like ``running``, for a plain callback of the running loop (a stream transform)."""
+    loop = asyncio.get_running_loop()
+    watch(loop)
+    _callback_labels[id(loop)] = label
+    try:
+        yield
+    finally:
+        _callback_labels.pop(id(loop), None)
+
+
+def watch(loop: asyncio.AbstractEventLoop, user: int | None = None) -> None:
+    """Start the watchdog of ``loop`` (once; it is called from the loop's thread).
+    ``user``: the number of the user loop it is (None: the worker's loop)."""
     if id(loop) not in _watched:
-        _watched[id(loop)] = _Watch(loop, threading.get_ident())
+        _watched[id(loop)] = _Watch(loop, threading.get_ident(), user)
 
 
 def _current_label(loop: asyncio.AbstractEventLoop) -> str | None:
     current = getattr(asyncio.tasks, "_current_tasks", {})
     task = current.get(loop) if hasattr(current, "get") else None
-    return _labels.get(id(task)) if task is not None else None
+    label = _labels.get(id(task)) if task is not None else None
+    return label or _callback_labels.get(id(loop))
 
 
 class _Watch:
-    def __init__(self, loop: asyncio.AbstractEventLoop, thread_id: int) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, thread_id: int, user: int | None) -> None:
         self.loop = loop
         self.thread_id = thread_id
+        self.user = user
         threading.Thread(target=self._run, name="turns-loopwatch", daemon=True).start()
 
     def _run(self) -> None:
@@ -80,7 +98,9 @@ class _Watch:
                 self._report()
                 pong.wait()
                 log.warning(
-                    "event loop free again after %.1fs of blocking", time.monotonic() - started
+                    "event loop%s free again after %.1fs of blocking",
+                    self._name(),
+                    time.monotonic() - started,
                 )
             time.sleep(LAG_S / 4)
 
@@ -93,11 +113,20 @@ class _Watch:
             where = " at " + " ← ".join(
                 f"{f.name} ({f.filename}:{f.lineno})" for f in reversed(stack)
             )
+        if self.user is None:
+            who = "every turn on this worker waits"
+        else:
+            who = "only the calls on this user loop wait, the worker's loop and other turns go on"
         log.warning(
-            "event loop blocked for over %.1fs by %s%s: async code that blocks (time.sleep,"
-            " blocking I/O) stalls every turn on this worker; make it a plain def (it then runs"
+            "event loop blocked%s for over %.1fs by %s%s: async code that blocks (time.sleep,"
+            " blocking I/O) holds its event loop (%s); make it a plain def (it then runs"
             " in a thread) or await non-blocking calls",
+            self._name(),
             LAG_S,
             label,
             where,
+            who,
         )
+
+    def _name(self) -> str:
+        return "" if self.user is None else f" (user loop {self.user})"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -17,6 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import context as ctx_build
+from durable_turns.activities import isolation
 from durable_turns.activities.context import request_metadata
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.errors import (
@@ -56,7 +58,12 @@ from durable_turns.models import ModelProvider, ModelRequest, ProviderError
 from durable_turns.store import StepRecord, TurnRecord
 from durable_turns.streams import ChunkPublisher, StreamUnavailable
 from durable_turns.tools import ToolRegistry
-from durable_turns.transforms import UnknownTransform, apply_transforms, resolve_transforms
+from durable_turns.transforms import (
+    UnknownTransform,
+    apply_transforms,
+    is_builtin,
+    resolve_transforms,
+)
 
 
 class ModelStepActivities:
@@ -75,7 +82,7 @@ class ModelStepActivities:
             turn, steps, results = state.turn, state.steps, state.results
             stored = next((s for s in steps if s.step == inp.step), None)
             if stored is not None:  # a retried attempt: the model is not asked again
-                return await self._republish(turn, stored)
+                return await self._republish(inp.turn, turn, stored)
             prior = [s for s in steps if s.step < inp.step]
             config = ctx_build.turn_config(turn)
             if prior:
@@ -108,7 +115,7 @@ class ModelStepActivities:
             )
         result: StepSummary | None = None
         try:
-            async with self.deps.publisher(turn.turn_id, inp.step) as publisher:
+            async with self.deps.publisher(inp.turn, inp.step) as publisher:
                 if publisher is not None:
                     if activity.info().attempt > 1:  # readers drop what earlier attempts streamed
                         with contextlib.suppress(StreamUnavailable):  # then the step goes on
@@ -179,7 +186,7 @@ class ModelStepActivities:
                 return _stream_lost(e, summary)
         return summary
 
-    async def _republish(self, turn: TurnRecord, stored: StepRecord) -> StepSummary:
+    async def _republish(self, ref: TurnRef, turn: TurnRecord, stored: StepRecord) -> StepSummary:
         """A step an earlier attempt saved: its summary, and on the live stream the whole
         step again (after a reset), for the earlier attempt may have been lost before its
         chunks reached the stream (a hung or broken stream write, a crash after the save).
@@ -190,7 +197,7 @@ class ModelStepActivities:
             return summary
         sends_reasoning = ctx_build.turn_config(turn).send_reasoning is not False
         try:
-            async with self.deps.publisher(turn.turn_id, stored.step) as publisher:
+            async with self.deps.publisher(ref, stored.step) as publisher:
                 if publisher is not None:
                     await publisher.reset(attempt, reason="retry")
                     publisher.open_step(stored.step, {"model": stored.model})
@@ -240,32 +247,48 @@ class ModelStepActivities:
         overflow. With ``send_reasoning`` off, reasoning reaches neither the hooks nor the
         live stream."""
         stream: AsyncIterator[StreamPart] = provider.stream(request)
+        lease = None
         if config.experimental_transform:
             try:
-                stream = apply_transforms(stream, resolve_transforms(config.experimental_transform))
+                transforms = resolve_transforms(config.experimental_transform)
             except UnknownTransform as e:
                 raise ApplicationError(str(e), type=INVALID_REQUEST, non_retryable=True) from e
+            if not all(is_builtin(t) for t in transforms):  # the built-ins never block
+                lease = isolation.Lease()  # one user loop for the step's transforms
+            run = None if lease is None else functools.partial(lease.call, "stream transform")
+            stream = apply_transforms(stream, transforms, run)
         sends_reasoning = config.send_reasoning is not False
         on_chunk = self.deps.lifecycle.chunk_handler(
             inp.step, inp.turn.request_id, sends_reasoning, turn=inp.turn
         )
         sink = None if publisher is None else _client_sink(publisher, sends_reasoning)
+        # on_chunk runs on a user loop kept for the step, in order; the step waits for it
+        stage = None if on_chunk is None else isolation.ChunkStage(on_chunk, "hook on_chunk")
         try:
-            return await consume(
+            done = await consume(
                 stream,
                 stall_timeout_ms=self.deps.stall_ms(config),
                 heartbeat=activity.heartbeat,
                 heartbeat_every_s=self.deps.stream_beat_every,
-                on_chunk=on_chunk,
+                on_chunk=None if stage is None else stage.push,
                 sink=sink,
                 snapshot=snapshot,
             )
+            if stage is not None:  # the step is alive while its last chunks are observed
+                async with keep_alive(self.deps.stream_beat_every):
+                    await stage.drain()
+            return done
         except StreamStalled as e:
             raise ApplicationError(str(e), type=STREAM_STALLED) from e
         except ProviderError as e:
             if await self._is_overflow(e, inp.turn):
                 return StepSummary(step=inp.step, outcome="context_overflow", error=str(e))
             raise provider_failure(e) from e
+        finally:
+            if stage is not None:
+                stage.close()
+            if lease is not None:
+                lease.close()
 
     async def _is_overflow(self, error: ProviderError, ref: TurnRef) -> bool:
         """Whether a failed step is a context overflow the workflow should recover from."""

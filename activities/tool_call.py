@@ -6,6 +6,7 @@ runs the tool twice once it has finished; tools receive that id as an idempotenc
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from typing import Any
@@ -14,6 +15,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import context as ctx_build
+from durable_turns.activities import isolation
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.heartbeats import keep_alive
 from durable_turns.activities.lifecycle import OnChunk
@@ -25,9 +27,10 @@ from durable_turns.contract import (
     ToolCallInput,
     ToolOutcome,
     ToolResolution,
+    TurnRef,
 )
 from durable_turns.hooks.types import ToolCallContext, ToolCallResultContext
-from durable_turns.messages import ToolCallPart, ToolResultChunk, copied
+from durable_turns.messages import StreamPart, ToolCallPart, ToolResultChunk, copied
 from durable_turns.store import StepRecord, ToolResultRecord, TurnRecord
 from durable_turns.streams import TOOL_RESULT, TOOL_WAIT, StreamUnavailable
 from durable_turns.tools import ToolContext
@@ -46,7 +49,7 @@ class ToolCallActivities:
         stored = state.results.get(inp.tool_call_id)
         if stored is not None:  # the decision and the result are recorded: never asked again
             if activity.info().attempt > 1:  # the attempt that saved it may not have published it
-                await self._publish_result(ref.turn_id, inp.step, stored)
+                await self._publish_result(ref, inp.step, stored)
             return _outcome(stored)
         step, call = _find_call(steps, inp)
         config = ctx_build.turn_config(turn)
@@ -54,7 +57,7 @@ class ToolCallActivities:
             s.name for s in self.deps.tool_specs(config, step.active_tools, model=step.model)
         }
         ctx = await self._tool_call_context(turn, steps, inp.step, call)
-        on_chunk = self.deps.lifecycle.chunk_handler(inp.step, ref.request_id, turn=ref)
+        on_chunk = _isolated(self.deps.lifecycle.chunk_handler(inp.step, ref.request_id, turn=ref))
         started = time.monotonic()
         async with keep_alive(self.deps.beat_every):
             run = await run_tool_call(
@@ -68,9 +71,7 @@ class ToolCallActivities:
             )
             if run.pending:  # recorded nowhere: the turn waits for the client, then asks again
                 try:
-                    async with self.deps.publisher(
-                        ref.turn_id, inp.step, once=TOOL_WAIT
-                    ) as publisher:
+                    async with self.deps.publisher(ref, inp.step, once=TOOL_WAIT) as publisher:
                         if publisher is not None:  # readers learn what the turn waits on
                             await publisher.tool_wait(
                                 {
@@ -129,14 +130,14 @@ class ToolCallActivities:
             outcome=run.outcome,
         )
         saved = await self.deps.store.save_tool_result(ref.turn_id, record, owner=turn.owner)
-        await self._publish_result(ref.turn_id, inp.step, saved)
+        await self._publish_result(ref, inp.step, saved)
         return _outcome(saved)
 
-    async def _publish_result(self, turn_id: str, step: int, saved: ToolResultRecord) -> None:
+    async def _publish_result(self, ref: TurnRef, step: int, saved: ToolResultRecord) -> None:
         """The call's ``tool-result`` event, once however many attempts publish it; a stream
         that stays unwritable for ``stream_write_timeout_s`` is logged and gone without."""
         try:
-            async with self.deps.publisher(turn_id, step, once=TOOL_RESULT) as publisher:
+            async with self.deps.publisher(ref, step, once=TOOL_RESULT) as publisher:
                 if publisher is not None:
                     data = ctx_build.tool_result_part(saved).model_dump(mode="json")
                     if saved.approval is not None:
@@ -209,6 +210,17 @@ def _result_chunk(
         is_error=is_error,
         preliminary=preliminary,
     )
+
+
+def _isolated(observe: OnChunk | None) -> OnChunk | None:
+    """``on_chunk`` for the few chunks of a tool call: each call on a user loop."""
+    if observe is None:
+        return None
+
+    async def on_chunk(chunk: StreamPart) -> None:
+        await isolation.run("hook on_chunk", functools.partial(observe, chunk))
+
+    return on_chunk
 
 
 def _preliminaries(on_chunk: OnChunk | None, call: ToolCallPart) -> Any:

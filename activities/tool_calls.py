@@ -7,6 +7,8 @@ a hook or tool that raises are tool errors (``is_error``), never a failed turn.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import functools
 import json
 import logging
 import math
@@ -17,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from temporalio.exceptions import ApplicationError
 
-from durable_turns.activities import loopwatch
+from durable_turns.activities import isolation, loopwatch
 from durable_turns.activities.lifecycle import Lifecycle
 from durable_turns.contract import (
     TOOL_ERROR,
@@ -158,8 +160,17 @@ async def execute(
     where = f"tool {tool.name} (call {run_ctx.tool_call_id}, attempt {run_ctx.attempt})"
     try:
         async with asyncio.timeout(tool.timeout_s) as limit:
-            with loopwatch.running(f"tool {tool.name}"):
-                output = await tool.run(args, run_ctx, on_preliminary)
+            if tool.blocking or not tool.isolated or not isolation.enabled():
+                with loopwatch.running(f"tool {tool.name}"):
+                    output = await tool.run(args, run_ctx, on_preliminary)
+            else:  # on a user loop of its own: blocking code there stalls only this call
+                off_ctx = dataclasses.replace(
+                    run_ctx, heartbeat=isolation.thread_safe_heartbeat(run_ctx.heartbeat)
+                )
+                prelim = None if on_preliminary is None else isolation.back_here(on_preliminary)
+                output = await isolation.run(
+                    f"tool {tool.name}", functools.partial(tool.run, args, off_ctx, prelim)
+                )
         return ToolRun(jsonable(output))
     except asyncio.CancelledError:
         raise

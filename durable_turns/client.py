@@ -33,6 +33,7 @@ from durable_turns.contract import (
     HANDED_OVER,
     QUERY_STATE,
     REGENERATE_LAST,
+    SIGNAL_ADD,
     SIGNAL_CANCEL,
     SIGNAL_CONTINUE,
     SIGNAL_SUBMIT,
@@ -44,6 +45,7 @@ from durable_turns.contract import (
     InvalidId,
     RequestRecord,
     TurnResult,
+    added_request_id,
     check_conversation_id,
     id_problem,
     regenerate_problem,
@@ -283,6 +285,28 @@ class TurnsClient:
         await self._signal_with_start(conversation_id, SIGNAL_SUBMIT, req)
         return str(req["request_id"])
 
+    async def add_messages(
+        self,
+        conversation_id: str,
+        messages: str | list[Message],
+        *,
+        request_id: str | None = None,
+    ) -> str:
+        """Append messages to the transcript without running a turn (Think's
+        ``addMessages()``; signal-with-start), after the turns queued before them; returns the
+        request id. A string is one user message. Idempotent: by ``request_id``, or, without
+        one, by the messages' ids when every message has one."""
+        items = [user_message(messages)] if isinstance(messages, str) else messages
+        if request_id is not None and (problem := id_problem(request_id, "request id")):
+            raise InvalidId(problem)
+        payload: dict[str, Any] = {"messages": [m.model_dump(mode="json") for m in items]}
+        if request_id is None and not all(m.id for m in items):
+            request_id = str(uuid.uuid4())
+        if request_id is not None:
+            payload["request_id"] = request_id
+        await self._signal_with_start(conversation_id, SIGNAL_ADD, payload)
+        return request_id or str(added_request_id([m.id for m in items]))
+
     async def continue_last_turn(
         self,
         conversation_id: str,
@@ -372,9 +396,12 @@ class TurnsClient:
 
         Reconnect with the last offset you saw to get exactly the events after it.
         ``reset`` events mean a retried model step: drop what that step streamed before.
+        Only what the conversation's own run of the turn streamed: nothing of a workflow
+        started elsewhere under the turn's id.
         """
         streams = await self._stream_backend()
-        async for event in streams.follow(turn_id(conversation_id, turn_number), after=after):
+        stream = turn_id(conversation_id, turn_number)
+        async for event in streams.follow(stream, after=after, by_conversation=True):
             yield event
 
     async def _stream_backend(self) -> ChunkStreamBackend:

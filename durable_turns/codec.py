@@ -43,21 +43,31 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from pydantic import BaseModel
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import PydanticPayloadConverter
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter, PydanticPayloadConverter
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
     PayloadCodec,
 )
 
-from durable_turns.contract import UNDECRYPTABLE_ENCODING
+from durable_turns.contract import (
+    UNDECRYPTABLE_ENCODING,
+    ConversationInput,
+    ConversationState,
+    Internal,
+    RequestRecord,
+    TurnResult,
+)
 
 try:
     from cryptography.exceptions import InvalidTag
@@ -335,8 +345,90 @@ class SharedPydanticPayloadConverter(PydanticPayloadConverter):
         """Built once, below; ``__new__`` hands out that instance."""
 
 
+class LeanJSONPayloadConverter(PydanticJSONPlainPayloadConverter):
+    """JSON, leaving out every field at its default in what the engine hands itself.
+
+    The engine's own payloads (``contract.Internal``: activity inputs and results, a turn's
+    input; and the conversation's continue-as-new input) go without the fields whose value
+    is their default: a reader of any version fills those in. So a field added in a release
+    is on the wire only when a turn uses it, and the release before it, whose readers are
+    strict, can serve beside this one (docs/deployment.md, "Rolling deploys"). What clients
+    read (a turn's result, ``state``) goes whole. The price is one rule: the default of an
+    internal field never changes, since an older reader would read its own.
+    """
+
+    def to_payload(self, value: object) -> Payload | None:
+        if isinstance(value, Internal | ConversationInput) and not isinstance(
+            value, _READ_BY_CLIENTS
+        ):
+            return Payload(
+                metadata={"encoding": self.encoding.encode()},
+                data=value.model_dump_json(exclude=_at_defaults(value)).encode(),
+            )
+        return super().to_payload(value)
+
+
+_READ_BY_CLIENTS = (TurnResult, ConversationState, RequestRecord)
+
+
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class _Factory:
+    make: Callable[[], Any]
+
+    def __call__(self) -> Any:
+        return self.make()
+
+
+@functools.cache
+def _defaults(cls: type[BaseModel]) -> tuple[tuple[str, Any], ...]:
+    """Each field of ``cls`` with its default (a ``_Factory`` for a default factory, the
+    ``_REQUIRED`` marker for none), read once per class: pydantic inspects a factory's
+    signature on every ``get_default``."""
+    out = []
+    for name, info in cls.model_fields.items():
+        if info.is_required():
+            out.append((name, _REQUIRED))
+        elif info.default_factory is not None:
+            out.append((name, _Factory(info.default_factory)))  # type: ignore[arg-type]
+        else:
+            out.append((name, info.default))
+    return tuple(out)
+
+
+def _at_defaults(model: BaseModel) -> dict[Any, Any]:
+    """``model_dump``'s ``exclude`` for the fields of ``model``, and of the internal models
+    in it (alone or in lists), whose value is their default. Only the engine's own models:
+    inside a message nothing is left out (a part's ``type`` is its discriminator)."""
+    out: dict[Any, Any] = {}
+    for name, default in _defaults(type(model)):
+        value = getattr(model, name)
+        if default is not _REQUIRED and value == (
+            default() if isinstance(default, _Factory) else default
+        ):
+            out[name] = True
+        elif isinstance(value, Internal):
+            if sub := _at_defaults(value):
+                out[name] = sub
+        elif isinstance(value, list) and value and isinstance(value[0], Internal):
+            items = {
+                i: sub
+                for i, item in enumerate(value)
+                if isinstance(item, Internal) and (sub := _at_defaults(item))
+            }
+            if items:
+                out[name] = items
+    return out
+
+
 _SHARED_PAYLOAD_CONVERTER = object.__new__(SharedPydanticPayloadConverter)
 PydanticPayloadConverter.__init__(_SHARED_PAYLOAD_CONVERTER)
+_SHARED_PAYLOAD_CONVERTER.converters = {
+    encoding: LeanJSONPayloadConverter() if encoding == b"json/plain" else converter
+    for encoding, converter in _SHARED_PAYLOAD_CONVERTER.converters.items()
+}
 
 PYDANTIC_DATA_CONVERTER = DataConverter(payload_converter_class=SharedPydanticPayloadConverter)
 """temporalio's ``pydantic_data_converter``, with its payload converter shared."""

@@ -141,6 +141,11 @@ class Settings:
     http_max_streams_per_principal: int = 256
     """TURNS_HTTP_MAX_STREAMS_PER_PRINCIPAL: one principal's share of them (with
     authentication); past it, 503."""
+    user_loops: int = 32
+    """TURNS_USER_LOOPS: the most event loops (each on its own thread) user ``async def``
+    tools, hooks, ``on_chunk`` and stream transforms run on, one call per loop while there are
+    enough, so one that blocks delays only its own turn; 0 runs them on the worker's loop
+    (at most 256)."""
     slow_activation_ms: int = 500
     """TURNS_SLOW_ACTIVATION_MS: a workflow activation that runs longer is logged (a warning
     with the workflow and its jobs): Temporal fails a task whose activation passes 2 s."""
@@ -185,6 +190,7 @@ class Settings:
                 _env("TURNS_HTTP_MAX_STREAMS_PER_PRINCIPAL", "256") or 256
             ),
             slow_activation_ms=int(_env("TURNS_SLOW_ACTIVATION_MS", "500") or 0),
+            user_loops=int(_env("TURNS_USER_LOOPS", "32") or 0),
         )
 
     def __post_init__(self) -> None:
@@ -196,6 +202,8 @@ class Settings:
             raise ValueError("TURNS_STREAM_WRITE_TIMEOUT_S must be positive")
         if self.heartbeat_timeout_s <= 0:
             raise ValueError("TURNS_HEARTBEAT_TIMEOUT_S must be positive")
+        if not 0 <= self.user_loops <= 256:
+            raise ValueError("TURNS_USER_LOOPS must be 0 (off) to 256")
         if self.http_protocol not in (6, 7):
             raise ValueError("TURNS_HTTP_PROTOCOL must be 6 or 7 (the ai package's major version)")
 

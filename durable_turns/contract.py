@@ -8,6 +8,7 @@ compatibility data: running workflows replay against them, so never rename them 
 
 from __future__ import annotations
 
+import hashlib
 import re
 import unicodedata
 from typing import Any, Literal
@@ -35,6 +36,9 @@ SIGNAL_CONTINUE = "continueLastTurn"
 SIGNAL_CANCEL = "cancelChat"
 SIGNAL_TOOL_RESULT = "submitToolResult"
 """On the conversation: a client tool's result or an approval, for the running turn."""
+SIGNAL_ADD = "addMessages"
+"""Messages appended to the transcript without a turn (Think's ``addMessages()``), in the
+order of the turn queue."""
 TURN_SIGNAL_TOOL_RESULT = "toolResult"
 """The same, sent to a turn directly."""
 UPDATE_SEND = "sendMessage"
@@ -54,6 +58,8 @@ FINISH_TURN = "finish_turn"
 FAIL_TURN = "fail_turn"
 CHAT_RESPONSE = "chat_response"
 INTAKE_PAUSE = "intake_pause"
+ADD_MESSAGES = "add_messages"
+"""The activity that appends an ``addMessages`` request's messages to the transcript."""
 """A local activity that does nothing: the inbox schedules it to end one workflow activation
 between two rounds of parsing signals (a timer would wait the server's timer tick, ~1 s)."""
 
@@ -300,10 +306,39 @@ def turn_id(conversation_id: str, turn_number: int) -> str:
 
 
 class _Wire(BaseModel):
+    """What a client sends: an unknown key is a typed rejection (a typo is never ignored)."""
+
     model_config = ConfigDict(extra="forbid")
 
 
+class Internal(BaseModel):
+    """What the engine's own workflows and activities hand each other (activity inputs and
+    results, a turn's input and result, what a conversation keeps of its requests), and what
+    it answers clients with: a tolerant reader. During a rolling deploy two versions of the
+    worker serve one task queue, and either may read what the other wrote: unknown fields
+    are ignored and a field a newer version added has a default (docs/deployment.md,
+    "Rolling deploys")."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
 # --- what clients send ---------------------------------------------------------------------
+
+
+def _checked_messages(messages: list[Message]) -> list[Message]:
+    """Every message has content; client ids follow the id rules, each once."""
+    seen: set[str] = set()
+    for i, message in enumerate(messages):
+        if not message.parts:
+            raise ValueError(f"message {i} has no content")
+        if message.id:
+            problem = message_id_problem(message.id)
+            if problem:
+                raise ValueError(f"message {i}: {problem}")
+            if message.id in seen:
+                raise ValueError(f"message {i}: id {message.id!r} is used twice")
+            seen.add(message.id)
+    return messages
 
 
 class SubmitMessages(_Wire):
@@ -330,18 +365,7 @@ class SubmitMessages(_Wire):
     @field_validator("messages")
     @classmethod
     def _not_empty(cls, messages: list[Message]) -> list[Message]:
-        seen: set[str] = set()
-        for i, message in enumerate(messages):
-            if not message.parts:
-                raise ValueError(f"message {i} has no content")
-            if message.id:
-                problem = message_id_problem(message.id)
-                if problem:
-                    raise ValueError(f"message {i}: {problem}")
-                if message.id in seen:
-                    raise ValueError(f"message {i}: id {message.id!r} is used twice")
-                seen.add(message.id)
-        return messages
+        return _checked_messages(messages)
 
     @field_validator("request_id")
     @classmethod
@@ -381,6 +405,44 @@ def _valid_request_id(value: str | None) -> str | None:
     if problem:
         raise ValueError(problem)
     return value
+
+
+def added_request_id(message_ids: list[str]) -> str | None:
+    """The request id an ``addMessages`` request without one gets when every message has an
+    id (None when one has none)."""
+    if not message_ids or not all(message_ids):
+        return None
+    digest = hashlib.sha256("\0".join(message_ids).encode()).hexdigest()
+    return f"add-{digest[:32]}"
+
+
+class AddMessages(_Wire):
+    """``addMessages`` signal: messages appended to the transcript without running a turn
+    (Think's ``addMessages()``): a system event, a note from a back office. Queued with the
+    turns, so they land after the turns requested before them and before those requested
+    after; the next turn's context has them."""
+
+    messages: list[Message] = Field(min_length=1, fail_fast=True)
+    """At least one; any role. Ids as in ``submitMessages`` (scoped to the request id)."""
+    request_id: str | None = None
+    """Idempotency: a request id the conversation knows is accepted once, and the store keeps
+    a message id once. Without it, a request whose every message has an id gets one derived
+    from those ids (so a re-sent note is a no-op); otherwise a new one."""
+
+    @field_validator("messages")
+    @classmethod
+    def _checked(cls, messages: list[Message]) -> list[Message]:
+        return _checked_messages(messages)
+
+    def derived_request_id(self) -> str | None:
+        """Without a request id, when every message has an id: one derived from those ids,
+        so the same messages sent again are added once (None otherwise)."""
+        return added_request_id([m.id for m in self.messages])
+
+    @field_validator("request_id")
+    @classmethod
+    def _request_id(cls, value: str | None) -> str | None:
+        return _valid_request_id(value)
 
 
 class ContinueLastTurn(_Wire):
@@ -430,12 +492,12 @@ class ConversationSettings(_Wire):
         return value
 
 
-class PendingRequest(_Wire):
+class PendingRequest(Internal):
     """A queued request, as a conversation holds it (and carries over continue-as-new)."""
 
     request_id: str
     kind: str = "submit"
-    """``submit``, ``continue`` or ``regenerate``."""
+    """``submit``, ``continue``, ``regenerate`` or ``add`` (``addMessages``: no turn)."""
     messages: list[Message] = Field(default_factory=list)
     body: dict[str, Any] = Field(default_factory=dict)
     model: str | None = None
@@ -470,7 +532,7 @@ TurnStatus = Literal["completed", "error", "aborted", "skipped"]
 RequestStatus = Literal["queued", "running", "completed", "error", "aborted", "skipped", "rejected"]
 
 
-class ErrorInfo(_Wire):
+class ErrorInfo(Internal):
     type: str
     message: str
     """At most :data:`MAX_ERROR_MESSAGE_CHARS` (cut with ``…``)."""
@@ -484,7 +546,7 @@ class ErrorInfo(_Wire):
         return _cut(value, limit)
 
 
-class TurnInput(_Wire):
+class TurnInput(Internal):
     """Input of ``TurnWorkflow``. Carries the new messages only, never the transcript."""
 
     conversation_id: str
@@ -500,7 +562,7 @@ class TurnInput(_Wire):
     every other turn."""
 
 
-class TurnResult(_Wire):
+class TurnResult(Internal):
     request_id: str
     conversation_id: str
     turn_number: int
@@ -527,11 +589,11 @@ class TurnResult(_Wire):
     """``"41.2k in · 93% cached · 1.1k out · $0.0210"``."""
 
 
-class RequestRecord(_Wire):
+class RequestRecord(Internal):
     """What ``state`` shows of one request."""
 
     request_id: str
-    kind: Literal["submit", "continue", "regenerate"] = "submit"
+    kind: Literal["submit", "continue", "regenerate", "add"] = "submit"
     status: RequestStatus = "queued"
     turn_number: int | None = None
     error: ErrorInfo | None = None
@@ -540,7 +602,7 @@ class RequestRecord(_Wire):
     a ``~<suffix>`` when something else had taken it."""
 
 
-class ConversationState(_Wire):
+class ConversationState(Internal):
     """The ``state`` query's answer."""
 
     conversation_id: str
@@ -565,7 +627,7 @@ class ConversationState(_Wire):
 # --- activity I/O --------------------------------------------------------------------------
 
 
-class TurnRef(_Wire):
+class TurnRef(Internal):
     """Identifies a turn; every activity input starts from it."""
 
     conversation_id: str
@@ -583,7 +645,7 @@ class TurnRef(_Wire):
         return turn_id(self.conversation_id, self.turn_number)
 
 
-class StopCondition(_Wire):
+class StopCondition(Internal):
     """A declarative stop condition (functions cannot cross a workflow boundary)."""
 
     kind: Literal["has_tool_call", "step_count_is"]
@@ -591,7 +653,7 @@ class StopCondition(_Wire):
     count: int | None = None
 
 
-class BeginTurnInput(_Wire):
+class BeginTurnInput(Internal):
     turn: TurnRef
     new_messages: list[Message] = Field(default_factory=list)
     continuation: bool = False
@@ -604,7 +666,7 @@ class BeginTurnInput(_Wire):
     """Mark the reply this names superseded by the turn before assembling its context."""
 
 
-class TurnPlan(_Wire):
+class TurnPlan(Internal):
     """What ``begin_turn`` decided (the full TurnConfig stays in the store)."""
 
     model: str
@@ -626,14 +688,14 @@ class TurnPlan(_Wire):
     max_compactions: int = 1
 
 
-class ModelStepInput(_Wire):
+class ModelStepInput(Internal):
     turn: TurnRef
     step: int
     model: str
     attempt: int = 0
 
 
-class ToolCallRef(_Wire):
+class ToolCallRef(Internal):
     tool_call_id: str
     tool_name: str
     timeout_s: float | None = None
@@ -642,7 +704,7 @@ class ToolCallRef(_Wire):
     """The tool's ``@tool(retries=…)``."""
 
 
-class StepSummary(_Wire):
+class StepSummary(Internal):
     """What the workflow learns of a model step: small, whatever the context size."""
 
     step: int
@@ -654,7 +716,7 @@ class StepSummary(_Wire):
     error: str | None = None
 
 
-class ToolCallInput(_Wire):
+class ToolCallInput(Internal):
     turn: TurnRef
     step: int
     tool_call_id: str
@@ -679,7 +741,7 @@ ToolCallOutcome = Literal[
 """
 
 
-class ToolOutcome(_Wire):
+class ToolOutcome(Internal):
     tool_call_id: str
     tool_name: str
     success: bool
@@ -689,7 +751,7 @@ class ToolOutcome(_Wire):
     """The call waits for the client: its result, or an approval."""
 
 
-class FinishTurnInput(_Wire):
+class FinishTurnInput(Internal):
     turn: TurnRef
     steps: int
     status: TurnStatus = "completed"
@@ -701,14 +763,14 @@ class FinishTurnInput(_Wire):
     turn, which the turn's ``turn-finish`` stream event names (``continued_by_turn``)."""
 
 
-class FailTurnInput(_Wire):
+class FailTurnInput(Internal):
     turn: TurnRef
     steps: int
     error: ErrorInfo
     continuation: bool = False
 
 
-class CompactInput(_Wire):
+class CompactInput(Internal):
     turn: TurnRef
     model: str
     reason: Literal["overflow", "proactive"] = "overflow"
@@ -716,7 +778,7 @@ class CompactInput(_Wire):
     """Compactions of this turn so far (keys the stored summary)."""
 
 
-class CompactResult(_Wire):
+class CompactResult(Internal):
     shortened: bool
     tokens_before: int
     tokens_after: int
@@ -724,5 +786,5 @@ class CompactResult(_Wire):
     reason: str = ""
 
 
-class ChatResponseInput(_Wire):
+class ChatResponseInput(Internal):
     result: TurnResult

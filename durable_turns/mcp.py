@@ -304,6 +304,8 @@ class McpTool(Tool):
     server: str = ""
     remote_name: str = ""
     schema: dict[str, Any] = field(default_factory=dict)
+    isolated: bool = False
+    """The engine's own client of the server, bound to the worker's loop: it never blocks."""
 
     @functools.cached_property
     def spec(self) -> ToolSpec:

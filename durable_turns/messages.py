@@ -126,7 +126,12 @@ def copied(messages: list[Message]) -> list[Message]:
 # --- usage -------------------------------------------------------------------------------
 
 
-class Usage(_Model):
+class Usage(BaseModel):
+    """Token counts. A tolerant reader (unknown counts ignored), unlike the message models: it
+    travels in the engine's own activity results, which another worker version may read."""
+
+    model_config = ConfigDict(extra="ignore")
+
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0

@@ -35,7 +35,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from durable_turns.activities import ActivityDeps, all_activities
+from durable_turns.activities import ActivityDeps, all_activities, isolation
 from durable_turns.activities.heartbeats import worker_options
 from durable_turns.activities.lifecycle import call_hook
 from durable_turns.codec import data_converter_from_env
@@ -318,6 +318,7 @@ async def running_worker(
     store: TranscriptStore | None = None,
 ) -> AsyncIterator[Worker]:
     """A started worker for ``settings.task_queue`` (the store is opened and closed here)."""
+    isolation.configure(settings.user_loops)
     hooks = hooks or load_hooks(settings.hooks)
     session = await call_hook(hooks.configure_session(Session()))
     load_user_transforms(settings.transforms)

@@ -18,8 +18,10 @@ no executor: the client runs it and sends the result back.
 
 A tool may also be a plain ``def``: it runs in a thread of its own pool (``SYNC_TOOL_THREADS``
 at most), so blocking code (``time.sleep``, a blocking HTTP client) never stalls the worker's
-event loop. An ``async def`` tool must not block: the worker logs the tool by name when it
-holds the event loop.
+event loop. An ``async def`` tool runs on a user loop of its own (an event loop on its own
+thread, see docs/operations.md), so one that blocks delays only its own turn, and the worker
+logs it by name; ``isolated=False`` runs it on the worker's loop instead (no thread hop, for a
+tool that uses an object bound to that loop; it must then never block).
 
 ``timeout_s`` (default 300) bounds each run: a tool that overruns gets a ``ToolTimeout``
 error result the model sees (a plain ``def`` tool's thread runs on until it returns; its
@@ -83,6 +85,8 @@ class Tool:
     """Re-runs (new activity attempts) after a timeout or an exception; 0: the model is told."""
     models: tuple[str, ...] | None = None
     """Providers (``"demo"``) or ``provider:model`` ids this tool is offered to (None: all)."""
+    isolated: bool = True
+    """An ``async def`` tool runs on a user loop (True) or on the worker's own loop (False)."""
     _context_param: str | None = field(default=None, repr=False)
     _input_param: str | None = field(default=None, repr=False)
 
@@ -196,6 +200,7 @@ def tool(
     default: bool = True,
     retries: int = 0,
     models: tuple[str, ...] | list[str] | str | None = None,
+    isolated: bool = True,
 ) -> Any:
     """Make a ``Tool`` of a function (usable bare or with options): ``async def``, an async
     generator (streaming), or a plain ``def`` (run in a thread)."""
@@ -235,6 +240,7 @@ def tool(
             default=default,
             retries=retries,
             models=offered,
+            isolated=isolated,
             _context_param=context_param,
             _input_param=input_param,
         )

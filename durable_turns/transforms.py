@@ -16,7 +16,10 @@ tools or hooks)::
             return part.model_copy(update={"text": censor(part.text)})
         return part
 
-A transform sees one part at a time: text split across deltas is not rejoined. Every
+A transform sees one part at a time: text split across deltas is not rejoined. A step's
+transforms run on a user loop's thread kept for the step (the built-ins inline), so one
+that blocks delays only its own turn; each part then costs a hop to that thread and back
+(docs/operations.md). Every
 worker of a task queue must register the same transforms (a turn naming an unknown one
 fails at ``begin_turn`` with a clear error).
 """
@@ -25,11 +28,14 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from durable_turns.messages import ReasoningDelta, StreamPart, TextDelta
 
 Transform = Callable[[StreamPart], StreamPart | list[StreamPart] | None]
+Apply = Callable[[StreamPart, Sequence[Transform]], list[StreamPart]]
+Runner = Callable[[Apply, StreamPart, Sequence[Transform]], Awaitable[list[StreamPart]]]
+"""How ``apply_transforms`` calls them: e.g. on a thread of its own (the engine's user loop)."""
 
 _REGISTRY: dict[str, Transform] = {}
 
@@ -72,12 +78,16 @@ def load_transforms(module_name: str) -> None:
 
 
 async def apply_transforms(
-    stream: AsyncIterator[StreamPart], transforms: Sequence[Transform]
+    stream: AsyncIterator[StreamPart],
+    transforms: Sequence[Transform],
+    run: Runner | None = None,
 ) -> AsyncIterator[StreamPart]:
-    """The stream with each part passed through the transforms, in order."""
+    """The stream with each part passed through the transforms, in order (each part's
+    transforms called by ``run``, or inline)."""
     try:
         async for part in stream:
-            for out in _apply(part, transforms):
+            outs = _apply(part, transforms) if run is None else await run(_apply, part, transforms)
+            for out in outs:
                 yield out
     finally:
         aclose = getattr(stream, "aclose", None)
@@ -100,6 +110,12 @@ def _apply(part: StreamPart, transforms: Sequence[Transform]) -> list[StreamPart
 
 # --- built-ins ---------------------------------------------------------------------------------
 
+
+def is_builtin(fn: Transform) -> bool:
+    """One of the transforms below: cheap, never blocking, run inline."""
+    return fn in _BUILTINS
+
+
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 
 
@@ -117,3 +133,6 @@ def redact_emails(part: StreamPart) -> StreamPart:
     if isinstance(part, TextDelta | ReasoningDelta) and "@" in part.text:
         return part.model_copy(update={"text": _EMAIL.sub("[email]", part.text)})
     return part
+
+
+_BUILTINS = frozenset({uppercase, redact_emails})

@@ -44,7 +44,7 @@ import contextvars
 import functools
 import inspect
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -219,8 +219,14 @@ def _name(ext: Any) -> str:
 class Extensions:
     """Calls the registered extensions, in order, each bounded and isolated."""
 
-    def __init__(self, extensions: Sequence[Any] = ()) -> None:
+    def __init__(
+        self,
+        extensions: Sequence[Any] = (),
+        run_async: Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[Any]] | None = None,
+    ) -> None:
         self.extensions = list(extensions)
+        self.run_async = run_async
+        """How an ``async def`` method is awaited (the engine passes its user loops)."""
         self._subscribers = {
             hook: [e for e in self.extensions if callable(getattr(e, hook, None))]
             for hook in EXTENSION_HOOKS
@@ -259,6 +265,10 @@ class Extensions:
                 call = functools.partial(contextvars.copy_context().run, method, snapshot)
                 loop = asyncio.get_running_loop()
                 result = await asyncio.wait_for(loop.run_in_executor(_threads(), call), timeout)
+            elif self.run_async is not None and inspect.iscoroutinefunction(method):
+                label = f"extension {_name(ext)} {hook}"
+                call_async = functools.partial(method, snapshot)
+                result = await asyncio.wait_for(self.run_async(label, call_async), timeout)
             else:
                 result = method(snapshot)
             if inspect.isawaitable(result):

@@ -36,6 +36,7 @@ from durable_turns.contract import (
     TurnInput,
 )
 from durable_turns.workflows import options
+from tests.support.faultproxy import FaultProxy
 from tests.support.harness import Harness
 from tests.support.history import local_activity_marker
 
@@ -363,65 +364,15 @@ async def test_a_retried_update_gets_its_result_after_continue_as_new(harness: H
 # --- 9. store outages ---------------------------------------------------------------------------
 
 
-class FlakyProxy:
-    """A TCP proxy to PostgreSQL that can drop every connection and refuse new ones."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.up = True
-        self.port = 0
-        self._conns: set[asyncio.StreamWriter] = set()
-        self._server: asyncio.Server | None = None
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not self.up:
-            writer.close()
-            return
-        try:
-            up_r, up_w = await asyncio.open_connection(*self.target)
-        except OSError:
-            writer.close()
-            return
-        self._conns.update((writer, up_w))
-
-        async def pipe(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            try:
-                while data := await r.read(65536):
-                    w.write(data)
-                    await w.drain()
-            except (ConnectionError, OSError):
-                pass
-            finally:
-                w.close()
-
-        await asyncio.gather(pipe(reader, up_w), pipe(up_r, writer))
-
-    def down(self) -> None:
-        self.up = False
-        for w in list(self._conns):
-            w.close()
-        self._conns.clear()
-
-    async def close(self) -> None:
-        self.down()
-        if self._server is not None:
-            self._server.close()
-
-
 async def test_a_store_outage_at_start_loses_nothing(harness: Harness) -> None:
     """Old code: open_conversation gave up after 10 attempts and the conversation failed
     with its first request; nothing said it was waiting for the store."""
-    proxy = FlakyProxy(("127.0.0.1", 5432))
-    await proxy.start()
+    proxy = FaultProxy(("127.0.0.1", 5432)).start()
     schema = f"turns_test_{uuid.uuid4().hex[:12]}"
     url = f"postgresql://postgres@127.0.0.1:{proxy.port}/test?schema={schema}"
     try:
         await asyncio.to_thread(harness.start_worker, TURNS_STORE_URL=url)
-        proxy.down()
+        proxy.refuse()
         conversation = harness.conv("outage")
         send = asyncio.create_task(harness.send(conversation, "hello", model="demo:echo"))
 
@@ -436,7 +387,7 @@ async def test_a_store_outage_at_start_loses_nothing(harness: Harness) -> None:
         await _eventually(waiting, 15)
         await asyncio.sleep(3)
         assert not send.done()
-        proxy.up = True
+        proxy.heal()
         result = await asyncio.wait_for(send, 40)
         assert result.status == "completed" and result.text == "You said: hello"
         history = await harness.turns.conversation(conversation).fetch_history()
@@ -448,7 +399,7 @@ async def test_a_store_outage_at_start_loses_nothing(harness: Harness) -> None:
         ]
         assert options.BOOKKEEPING_RETRY.maximum_attempts == 0, "retries until the store is back"
     finally:
-        await proxy.close()
+        proxy.close()
 
 
 # --- 10. message ids ------------------------------------------------------------------------------

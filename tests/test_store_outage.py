@@ -1,9 +1,9 @@
 """Issue 13, item 5: a store outage mid-turn does not fail the turn.
 
-PostgreSQL sits behind a TCP proxy (``FlakyProxy``) that drops every connection and refuses
-new ones while it is down. Old code: a model step whose store writes failed was retried
-within the model's budget (about 3 s at the default settings), so a 15 s outage failed the
-turn although the database came back, re-asking the model on each attempt; and once the
+PostgreSQL sits behind a TCP proxy (``tests/support/faultproxy.py``) that drops every
+connection and refuses new ones while it is down. Old code: a model step whose store writes
+failed was retried within the model's budget (about 3 s at the default settings), so a 15 s
+outage failed the turn although the database came back, re-asking the model on each attempt; and once the
 TurnWorkflow itself failed, ``TurnsClient.wait`` raised instead of returning a TurnResult.
 """
 
@@ -17,9 +17,9 @@ from temporalio.api.enums.v1 import EventType
 from durable_turns.contract import TurnResult
 from durable_turns.messages import Message
 from durable_turns.store import open_store
+from tests.support.faultproxy import FaultProxy
 from tests.support.harness import Harness
 from tests.support.probes import wait_until
-from tests.test_conversation_edges import FlakyProxy
 
 OUTAGE_S = 15
 WORDS = 40
@@ -34,8 +34,7 @@ async def _turn_state(harness: Harness, conversation: str) -> str:
 
 
 async def test_a_store_outage_mid_turn_is_waited_out(harness: Harness) -> None:
-    proxy = FlakyProxy(("127.0.0.1", 5432))
-    await proxy.start()
+    proxy = FaultProxy(("127.0.0.1", 5432)).start()
     schema = f"turns_test_{uuid.uuid4().hex[:12]}"
     url = f"postgresql://postgres@127.0.0.1:{proxy.port}/test?schema={schema}"
     first = " ".join(f"w{i}" for i in range(WORDS))
@@ -59,16 +58,16 @@ async def test_a_store_outage_mid_turn_is_waited_out(harness: Harness) -> None:
         # 1. down while step 0 streams: the stream ends during the outage, its save waits
         await wait_until(lambda: _is(harness, conversation, "model step 0"), 30)
         await asyncio.sleep(1.0)
-        proxy.down()
+        proxy.refuse()
         await asyncio.sleep(OUTAGE_S)
-        proxy.up = True
+        proxy.heal()
 
         # 2. down between steps: the tool's result, or step 1 before its stream, waits
         await wait_until(lambda: any(r.get("phase") == "end" for r in harness.tool_runs()), 30)
         await asyncio.sleep(0.3)
-        proxy.down()
+        proxy.refuse()
         await asyncio.sleep(OUTAGE_S)
-        proxy.up = True
+        proxy.heal()
 
         result = await asyncio.wait_for(harness.turns.wait(conversation, request), 60)
         assert isinstance(result, TurnResult)
@@ -108,7 +107,7 @@ async def test_a_store_outage_mid_turn_is_waited_out(harness: Harness) -> None:
         messages = await _messages(url.replace(f":{proxy.port}/", ":5432/"), conversation)
         assert [m.role for m in messages] == ["user", "assistant"]
     finally:
-        await proxy.close()
+        proxy.close()
 
 
 async def _is(harness: Harness, conversation: str, status: str) -> bool:

@@ -34,6 +34,7 @@ from durable_turns.streams import (
     open_stream_backend,
 )
 from durable_turns.streams import base as stream_base
+from durable_turns.streams.base import StreamClaim, StreamNotOwned
 from durable_turns.streams.redis import RedisStreamBackend
 from durable_turns.streams.sqlite import SQLiteStreamBackend
 from tests.support.probes import wait_until
@@ -555,6 +556,84 @@ def test_open_stream_backend_urls() -> None:
     )
     with pytest.raises(ValueError, match="unknown chunk stream URL"):
         open_stream_backend("kafka://x")
+
+
+# --- who owns a stream (issue 25, item 10) ------------------------------------------------
+
+
+def _ev(text: str) -> dict[str, Any]:
+    return {"type": CHUNK, "data": {"type": "text-delta", "text": text}}
+
+
+async def test_a_stream_refuses_appends_from_another_run(backend: ChunkStreamBackend) -> None:
+    sid = _sid()
+    await backend.append(sid, [_ev("mine")], owner="run-a", by_conversation=True)
+    with pytest.raises(StreamNotOwned) as refused:
+        await backend.append(sid, [_ev("planted")], owner="run-b")
+    assert refused.value.stream_id == sid and refused.value.owner == "run-a"
+    await backend.append(sid, [_ev("mine too")], owner="run-a", by_conversation=True)
+    texts = [e.data["text"] for e in await backend.read(sid)]
+    assert texts == ["mine", "mine too"], "the refused append wrote nothing"
+    assert await backend.claim(sid) == StreamClaim(owner="run-a", by_conversation=True)
+
+
+async def test_the_conversation_takes_over_and_readers_never_see_the_squatter(
+    backend: ChunkStreamBackend,
+) -> None:
+    """A run started elsewhere streamed first (even its turn-finish): a reader of the
+    conversation's turn sees nothing until the conversation's run appends, then only it."""
+    sid = _sid()
+    await backend.append(sid, [_ev("planted"), {"type": TURN_FINISH, "data": {}}], owner="squat")
+    assert await backend.read(sid, by_conversation=True) == []
+    assert [e.data.get("text") for e in await backend.read(sid)] == ["planted", None]
+    follower = asyncio.create_task(_collect(backend.follow(sid, by_conversation=True)))
+    await asyncio.sleep(0.3)
+    assert not follower.done(), "the squatter's turn-finish ends no conversation reader"
+
+    await backend.append(sid, [_ev("real")], owner="conv-run", by_conversation=True)
+    with pytest.raises(StreamNotOwned):
+        await backend.append(sid, [_ev("planted again")], owner="squat")
+    await backend.append(sid, [{"type": TURN_FINISH, "data": {}}], owner="conv-run")
+    seen = await asyncio.wait_for(follower, WAIT)
+    assert [(e.offset, e.data.get("text")) for e in seen] == [(2, "real"), (3, None)]
+    for by_conversation in (True, False):
+        events = await backend.read(sid, by_conversation=by_conversation)
+        assert [e.offset for e in events] == [2, 3], "nothing from before the take-over"
+        assert await backend.read(sid, 0, by_conversation=by_conversation) == events
+    assert await backend.claim(sid) == StreamClaim(owner="conv-run", by_conversation=True, since=2)
+    # a run started elsewhere never takes a conversation's stream; a new conversation run does
+    with pytest.raises(StreamNotOwned):
+        await backend.append(sid, [_ev("x")], owner="another-squat")
+    await backend.append(sid, [_ev("re-run")], owner="conv-run-2", by_conversation=True)
+    assert [e.data.get("text") for e in await backend.read(sid)] == ["re-run"]
+    await backend.delete(sid)
+    assert await backend.claim(sid) is None and await backend.read(sid) == []
+
+
+async def test_unowned_events_stay_visible_to_the_first_owner(backend: ChunkStreamBackend) -> None:
+    """Appends without an owner (a worker from before owners) are not checked, and the first
+    owner's claim keeps what they wrote, as the store adopts turn records from before owners."""
+    sid = _sid()
+    await backend.append(sid, [_ev("old worker")])
+    assert await backend.claim(sid) is None
+    assert len(await backend.read(sid, by_conversation=True)) == 1
+    await backend.append(sid, [_ev("new worker")], owner="run-a", by_conversation=True)
+    await backend.append(sid, [_ev("old worker again")])
+    texts = [e.data["text"] for e in await backend.read(sid, by_conversation=True)]
+    assert texts == ["old worker", "new worker", "old worker again"]
+
+
+async def test_a_refused_publisher_stops_and_says_so(backend: ChunkStreamBackend) -> None:
+    sid = _sid()
+    await backend.append(sid, [_ev("mine")], owner="conv-run", by_conversation=True)
+    pub = ChunkPublisher(backend, sid, step=0, attempt=1, owner="squat")
+    pub.publish_chunk(TextDelta(text="planted"))
+    await wait_until(lambda: pub.refused is not None, WAIT)  # the background flush
+    with pytest.raises(StreamNotOwned):
+        pub.publish_chunk(TextDelta(text="more"))
+    with pytest.raises(StreamNotOwned):
+        await pub.aclose()
+    assert [e.data["text"] for e in await backend.read(sid)] == ["mine"]
 
 
 # --- lost answers, hung links ------------------------------------------------------------

@@ -76,7 +76,8 @@ async def test_an_async_tool_that_blocks_is_named_in_the_log(harness: Harness) -
     result = await harness.send(harness.conv("holds"), "go", model=model)
     assert result.status == "completed"
     log = worker.log_tail(20_000)
-    assert "event loop blocked" in log and "by tool block_async" in log
+    # on its own user loop (activities/isolation.py): only its own turn waited
+    assert "event loop blocked (user loop" in log and "by tool block_async" in log
     assert "edge_tools.py" in log  # where: the blocking line
 
 

@@ -27,6 +27,7 @@ from temporalio.exceptions import ApplicationError, ChildWorkflowError, FailureE
 
 with workflow.unsafe.imports_passed_through():
     from durable_turns.contract import (
+        ADD_MESSAGES,
         CHAT_RESPONSE,
         CONVERSATION_ID,
         CONVERSATION_WORKFLOW,
@@ -46,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         QUEUE_FULL,
         REQUEST_EXPIRED,
         REQUEST_TOO_LARGE,
+        SIGNAL_ADD,
         SIGNAL_CANCEL,
         SIGNAL_CONTINUE,
         SIGNAL_SUBMIT,
@@ -57,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         UNKNOWN_SIGNAL,
         UPDATE_SEND,
         UPDATE_START,
+        AddMessages,
         CancelChat,
         ChatResponseInput,
         ContinueLastTurn,
@@ -73,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
         turn_workflow_id,
         validation_problems,
     )
+    from durable_turns.messages import Message
     from durable_turns.workflows import options
     from durable_turns.workflows.intake import (
         ABSENT,
@@ -110,7 +114,9 @@ runs recorded before sized them as they came (and a continuation inheriting a bo
 PATCH_FORWARD_ONE_AT_A_TIME = "conversation-forward-tool-results-one-at-a-time"
 """Tool results reach the turn one signal per workflow task (before: one each, all at once)."""
 
-INBOX_SIGNALS = frozenset({SIGNAL_SUBMIT, SIGNAL_CONTINUE, SIGNAL_CANCEL, SIGNAL_TOOL_RESULT})
+INBOX_SIGNALS = frozenset(
+    {SIGNAL_SUBMIT, SIGNAL_CONTINUE, SIGNAL_CANCEL, SIGNAL_TOOL_RESULT, SIGNAL_ADD}
+)
 
 PATCH_INBOX = "conversation-signals-through-inbox"
 """Signals are put in the inbox as they come and parsed a bounded amount per workflow task
@@ -259,6 +265,9 @@ class ConversationWorkflow:
     async def _next_turn(self, conversation_id: str) -> None:
         request = self._queue.popleft()
         self._queued_bytes -= request.size
+        if request.kind == "add":
+            await self._add(conversation_id, request)
+            return
         result = await self._run_turn(conversation_id, request)
         self._complete(request, result)
         if result.auto_continue:  # client tool results arrived: continue before anything else
@@ -472,6 +481,8 @@ class ConversationWorkflow:
             self._take_continue(raw)
         elif kind == SIGNAL_CANCEL:
             self._take_cancel(raw)
+        elif kind == SIGNAL_ADD:
+            self._take_add(raw)
         else:
             self._take_tool_result(raw)
 
@@ -548,7 +559,12 @@ class ConversationWorkflow:
             if request.request_id is None or request.request_id not in self._records:
                 # what the handler will keep, measured as it will (nothing is kept here;
                 # validators never run on replay, so the newest rules apply)
-                pending = self._pending(request, request.request_id or "-" * 36)
+                pending = self._pending(
+                    request.messages,
+                    request.request_id or "-" * 36,
+                    body=request.body,
+                    model=request.model,
+                )
                 self._check_room(pending.size)
         except Rejected as e:
             raise _failure(e) from None
@@ -556,6 +572,66 @@ class ConversationWorkflow:
     @start_turn.validator
     def _validate_start(self, raw: RawValue = ABSENT) -> None:
         self._validate_send(raw)
+
+    @workflow.signal(name=SIGNAL_ADD)
+    def add_messages(self, raw: RawValue = ABSENT) -> None:
+        """Messages for the transcript without a turn (Think's ``addMessages()``), queued
+        with the turns; a malformed request is recorded as rejected."""
+        self._receive(SIGNAL_ADD, raw)
+
+    def _take_add(self, raw: RawValue) -> None:
+        value: Any = None
+        try:
+            value = decode(raw, MAX_REQUEST_BYTES)
+            try:
+                req = AddMessages.model_validate(value)
+            except ValidationError as e:
+                raise Rejected(INVALID_REQUEST, _explain(e)) from None
+            if self._id_problem:
+                raise Rejected(INVALID_ID, f"invalid conversation id: {self._id_problem}")
+            request_id = req.request_id or req.derived_request_id() or str(workflow.uuid4())
+            if request_id in self._records:
+                return  # idempotent: accepted once
+            pending = self._pending(req.messages, request_id, kind="add")
+            self._check_room(pending.size)
+        except Rejected as e:
+            self._reject(value, e.type, e.message)
+            return
+        self._queue.append(pending)
+        self._queued_bytes += pending.size
+        self._records[request_id] = RequestRecord(request_id=request_id, kind="add")
+
+    async def _add(self, conversation_id: str, request: PendingRequest) -> None:
+        """An ``addMessages`` request's turn in the queue: its messages into the store."""
+        record = self._records[request.request_id]
+        record.status = "running"
+        self._running = request
+        n = len(request.messages)
+        workflow.set_current_details(f"adding {n} message(s) (request `{request.request_id}`)")
+        try:
+            # The store may be down: retried until it answers (the messages were validated
+            # and sized here, so no retry is caused by their content).
+            await workflow.execute_activity(
+                ADD_MESSAGES,
+                args=[conversation_id, request.messages],
+                start_to_close_timeout=options.SHORT,
+                retry_policy=options.BOOKKEEPING_RETRY,
+                summary=f"add {n} message(s)",
+            )
+        finally:
+            self._running = None
+        record.status = "completed"
+        self._finish(
+            request.request_id,
+            TurnResult(
+                request_id=request.request_id,
+                conversation_id=conversation_id,
+                turn_number=0,
+                workflow_id="",
+                status="completed",
+            ),
+        )
+        workflow.set_current_details(f"added {n} message(s)" + self._notes())
 
     @workflow.signal(name=SIGNAL_CONTINUE)
     def continue_last_turn(self, raw: RawValue = ABSENT) -> None:
@@ -754,23 +830,25 @@ class ConversationWorkflow:
             )
 
     def _pending(
-        self, req: SubmitMessages, request_id: str, size: int = 0, measure: bool = True
+        self,
+        given: list[Message],
+        request_id: str,
+        size: int = 0,
+        measure: bool = True,
+        **fields: Any,
     ) -> PendingRequest:
-        """The request as the conversation keeps it, sized as kept (``measure``; else
-        ``size``, as it came); raises Rejected."""
+        """The request of messages ``given`` (and ``fields``) as the conversation keeps it,
+        sized as kept (``measure``; else ``size``, as it came); raises Rejected."""
         # Message ids are scoped to their request: a client-chosen id can neither collide
         # with another request's messages nor with the engine's own (turn-derived) ids.
         messages = [
-            m.model_copy(update={"id": f"{request_id}/{m.id or i}"})
-            for i, m in enumerate(req.messages)
+            m.model_copy(update={"id": f"{request_id}/{m.id or i}"}) for i, m in enumerate(given)
         ]
         if len({m.id for m in messages}) != len(messages):
             raise Rejected(
                 MESSAGE_ID_CONFLICT, "two messages of the request would have the same id"
             )
-        pending = PendingRequest(
-            request_id=request_id, messages=messages, body=req.body, model=req.model, size=size
-        )
+        pending = PendingRequest(request_id=request_id, messages=messages, size=size, **fields)
         if not measure:
             return pending
         _sized(pending)
@@ -793,12 +871,14 @@ class ConversationWorkflow:
             return self._enqueue_regenerate(req, req.request_id or str(workflow.uuid4()), size)
         if workflow.patched(PATCH_STORED_SIZES):
             request_id = req.request_id or str(workflow.uuid4())
-            pending = self._pending(req, request_id)
+            pending = self._pending(req.messages, request_id, body=req.body, model=req.model)
             self._check_room(pending.size)
         else:  # exactly as runs recorded before did it (their random ids come in this order)
             self._check_room(size)
             request_id = req.request_id or str(workflow.uuid4())
-            pending = self._pending(req, request_id, size, measure=False)
+            pending = self._pending(
+                req.messages, request_id, size, measure=False, body=req.body, model=req.model
+            )
         self._queue.append(pending)
         self._queued_bytes += pending.size
         self._records[request_id] = RequestRecord(request_id=request_id)

@@ -11,6 +11,16 @@ appends after the previous attempt's chunks. A retried attempt first writes a ``
 marker; ``live_events`` applies it for readers. Appends are idempotent per ``(writer,
 seq)``, so a retried append whose first try was applied is written once, and a publisher's
 boundaries wait for the backend at most ``write_timeout_s`` (``StreamUnavailable``).
+
+A turn's stream belongs to the workflow run that owns the turn (``TurnRef.owner``), by the
+same rule as the turn's record in the transcript store (``store.base.claim_decision``):
+every append names its run, and the backend checks it in the same atomic step that assigns
+the offsets (``claim_stream``). The first append claims the stream; the turn's own
+conversation's run takes over a stream some other run claimed, and from then on readers
+see nothing from before the take-over (``StreamClaim.since``) and that run's appends are
+refused (``StreamNotOwned``); a run started elsewhere never takes a conversation's stream.
+A reader of a conversation's turn (``by_conversation=True``: the front door, the Python
+client) sees nothing at all until the conversation's run claimed the stream.
 """
 
 from __future__ import annotations
@@ -150,6 +160,71 @@ activities of their own, whose attempts are not the step's: their ``tool-wait`` 
 ``tool-result`` events carry the step's number but always count."""
 
 
+# --- who owns a stream --------------------------------------------------------------------
+
+
+class StreamNotOwned(Exception):
+    """An append by a run that does not own the stream (another run claimed the turn)."""
+
+    def __init__(self, stream_id: str, owner: str | None) -> None:
+        super().__init__(
+            f"the live stream of {stream_id} belongs to another workflow run ({owner or 'none'})"
+        )
+        self.stream_id = stream_id
+        self.owner = owner
+
+
+class StreamClaim(BaseModel):
+    """The run a stream belongs to, and where its events begin."""
+
+    model_config = ConfigDict(frozen=True)
+
+    owner: str
+    by_conversation: bool = False
+    since: int = 0
+    """The first offset of this owner's events: readers never see what comes before it
+    (another run's events, from before the take-over)."""
+
+
+def claim_stream(
+    stream_id: str,
+    current: StreamClaim | None,
+    owner: str | None,
+    by_conversation: bool,
+    next_offset: int,
+) -> StreamClaim | None:
+    """The claim after an append by ``owner`` to a stream whose claim is ``current`` and
+    whose next offset is ``next_offset``; raises StreamNotOwned when the append is refused.
+
+    The transcript store's rule (``store.base.claim_decision``): the same run appends; a
+    first append claims the stream (what an unclaimed stream held, from a worker older than
+    claims, stays visible, as the store adopts records from before owners); the turn's
+    conversation's run takes over from any other run, a run started elsewhere only from
+    another such run, never from the conversation's. No ``owner``: a caller from before
+    owners, not checked (the claim is kept). The Redis backend runs the same rule in Lua.
+    """
+    if not owner:
+        return current
+    if current is None:
+        return StreamClaim(owner=owner, by_conversation=by_conversation, since=0)
+    if current.owner == owner:
+        return current
+    if by_conversation or not current.by_conversation:
+        return StreamClaim(owner=owner, by_conversation=by_conversation, since=next_offset)
+    raise StreamNotOwned(stream_id, current.owner)
+
+
+def visible_after(claim: StreamClaim | None, after: int, by_conversation: bool) -> int | None:
+    """The offset a read must start after, given the stream's claim: never before the
+    owner's first event; None when the reader must see nothing (``by_conversation``: the
+    stream is not, or not yet, its conversation's run's)."""
+    if claim is None:
+        return after
+    if by_conversation and not claim.by_conversation:
+        return None
+    return max(after, claim.since - 1)
+
+
 # --- the backend interface ---------------------------------------------------------------
 
 
@@ -162,6 +237,11 @@ class ChunkStreamBackend(abc.ABC):
 
     Implementations: SQLite (one file shared by processes, readers poll), Redis Streams
     (blocking reads, TTL) and an in-process one for unit tests.
+
+    Ownership (the module's docstring): ``append`` takes the appending run's ``owner`` and
+    checks it atomically with the append; ``read`` and ``follow`` never return events from
+    before the current owner's claim, and with ``by_conversation`` nothing of a stream
+    that its conversation's run has not claimed.
     """
 
     async def open(self) -> None:
@@ -189,13 +269,18 @@ class ChunkStreamBackend(abc.ABC):
         stream_id: str,
         events: Sequence[Mapping[str, Any]],
         *,
+        owner: str | None = None,
+        by_conversation: bool = False,
         writer: str | None = None,
         seq: int = 0,
     ) -> int:
         """Append wire events (see ``encode_event``) atomically; return the last offset.
 
         The offsets are the next ones of the stream, whatever process appends concurrently.
-        An empty list appends nothing and returns the current last offset.
+        With ``owner`` (the appending run), the stream's claim is checked and updated in the
+        same atomic step (``claim_stream``): StreamNotOwned when another run owns it, and
+        nothing is appended then. An empty list appends nothing and returns the current last
+        offset.
 
         ``writer`` and ``seq`` make the append idempotent: a batch whose ``seq`` is not
         greater than the last one ``writer`` appended to this stream appends nothing and
@@ -206,9 +291,19 @@ class ChunkStreamBackend(abc.ABC):
 
     @abc.abstractmethod
     async def read(
-        self, stream_id: str, after: int = -1, limit: int | None = None
+        self,
+        stream_id: str,
+        after: int = -1,
+        limit: int | None = None,
+        *,
+        by_conversation: bool = False,
     ) -> list[StreamEvent]:
-        """The events with offset > ``after`` (all of them from -1), in order, at most ``limit``."""
+        """The events with offset > ``after`` (all of them from -1), in order, at most
+        ``limit``: the current owner's (``visible_after``)."""
+
+    @abc.abstractmethod
+    async def claim(self, stream_id: str) -> StreamClaim | None:
+        """The stream's claim (None: unclaimed, or written only by callers before owners)."""
 
     @abc.abstractmethod
     async def last_offset(self, stream_id: str) -> int:
@@ -240,8 +335,10 @@ class ChunkStreamBackend(abc.ABC):
         poll_interval: float = 0.05,
         until_finished: bool = True,
         idle_timeout: float | None = None,
+        by_conversation: bool = False,
     ) -> AsyncIterator[StreamEvent]:
-        """Yield the events after ``after`` as they arrive, ending after ``turn-finish``.
+        """Yield the events after ``after`` as they arrive, ending after ``turn-finish``;
+        the current owner's only, as ``read`` (another run's ``turn-finish`` ends nothing).
 
         This default rereads on every wake-up the backend gives (``wakeups``), and every
         ``poll_interval`` only when it gives none (Redis blocks on the server instead).
@@ -256,7 +353,9 @@ class ChunkStreamBackend(abc.ABC):
             while True:
                 if woken is not None:
                     woken.clear()  # before the read: a wake-up during it is kept
-                events = await self.read(stream_id, cursor, limit=1024)
+                events = await self.read(
+                    stream_id, cursor, limit=1024, by_conversation=by_conversation
+                )
                 for ev in events:
                     cursor = ev.offset
                     yield ev
@@ -283,47 +382,68 @@ class MemoryBackend(ChunkStreamBackend):
     """In-process streams, shared by every instance with the same name: for unit tests only."""
 
     _registry: ClassVar[dict[str, dict[str, list[StreamEvent]]]] = {}
+    _claim_registry: ClassVar[dict[str, dict[str, StreamClaim]]] = {}
+    _writer_registry: ClassVar[dict[str, dict[tuple[str, str], tuple[int, int]]]] = {}
 
     def __init__(self, name: str = "") -> None:
         self.name = name
         self._streams = self._registry.setdefault(name, {})
-
-    _writers: ClassVar[dict[str, dict[tuple[str, str], tuple[int, int]]]] = {}
+        self._claims = self._claim_registry.setdefault(name, {})
+        self._writers = self._writer_registry.setdefault(name, {})
 
     async def append(
         self,
         stream_id: str,
         events: Sequence[Mapping[str, Any]],
         *,
+        owner: str | None = None,
+        by_conversation: bool = False,
         writer: str | None = None,
         seq: int = 0,
     ) -> int:
-        stream = self._streams.setdefault(stream_id, [])
-        writers = self._writers.setdefault(self.name, {})
+        stream = self._streams.get(stream_id, [])
+        if not events:
+            return len(stream) - 1
         if writer is not None:
-            seen = writers.get((stream_id, writer))
+            seen = self._writers.get((stream_id, writer))
             if seen is not None and seen[0] >= seq:
-                return seen[1]
+                return seen[1]  # applied before: its answer was lost
+        current = self._claims.get(stream_id)
+        claim = claim_stream(stream_id, current, owner, by_conversation, len(stream))
+        if claim is not None:
+            self._claims[stream_id] = claim
+        stream = self._streams.setdefault(stream_id, [])
         stream.extend(decode_batch(len(stream), encode_batch(events)))
-        if writer is not None and events:
-            writers[(stream_id, writer)] = (seq, len(stream) - 1)
+        if writer is not None:
+            self._writers[(stream_id, writer)] = (seq, len(stream) - 1)
         return len(stream) - 1
 
     async def read(
-        self, stream_id: str, after: int = -1, limit: int | None = None
+        self,
+        stream_id: str,
+        after: int = -1,
+        limit: int | None = None,
+        *,
+        by_conversation: bool = False,
     ) -> list[StreamEvent]:
+        start_after = visible_after(self._claims.get(stream_id), after, by_conversation)
+        if start_after is None:
+            return []
         stream = self._streams.get(stream_id, [])
-        start = max(after + 1, 0)
+        start = max(start_after + 1, 0)
         return stream[start : None if limit is None else start + limit]
+
+    async def claim(self, stream_id: str) -> StreamClaim | None:
+        return self._claims.get(stream_id)
 
     async def last_offset(self, stream_id: str) -> int:
         return len(self._streams.get(stream_id, [])) - 1
 
     async def delete(self, stream_id: str) -> None:
         self._streams.pop(stream_id, None)
-        writers = self._writers.get(self.name, {})
-        for key in [k for k in writers if k[0] == stream_id]:
-            del writers[key]
+        self._claims.pop(stream_id, None)
+        for key in [k for k in self._writers if k[0] == stream_id]:
+            del self._writers[key]
 
 
 # --- the publisher -----------------------------------------------------------------------
@@ -372,6 +492,9 @@ class ChunkPublisher:
     A failed background flush is logged and retried (the events stay buffered, in order).
     A boundary retries for up to ``write_timeout_s`` (None: until it succeeds), then raises
     :class:`StreamUnavailable`, and the publisher gives up on the stream.
+    ``owner`` and ``by_conversation`` (the run that publishes) go with every append; once
+    the backend refuses them (StreamNotOwned) the publisher drops what it holds and every
+    later call raises it.
     """
 
     def __init__(
@@ -383,6 +506,8 @@ class ChunkPublisher:
         attempt: int | None = None,
         flush_interval_s: float = 0.03,
         max_batch: int = 256,
+        owner: str | None = None,
+        by_conversation: bool = False,
         writer: str | None = None,
         write_timeout_s: float | None = WRITE_TIMEOUT_S,
         on_wait: Callable[[str], None] | None = None,
@@ -400,6 +525,10 @@ class ChunkPublisher:
         """Stamped on every event published from now on (``reset`` sets it)."""
         self.flush_interval_s = flush_interval_s
         self.max_batch = max_batch
+        self.owner = owner
+        self.by_conversation = by_conversation
+        self.refused: StreamNotOwned | None = None
+        """Set once the backend refused an append: this run does not own the stream."""
         self.writer = writer or uuid.uuid4().hex
         self.write_timeout_s = write_timeout_s
         self.on_wait = on_wait
@@ -450,6 +579,8 @@ class ChunkPublisher:
 
     def publish(self, event_type: str, data: Any = None) -> None:
         """Buffer one event (a dict or a pydantic model, dumped at flush time)."""
+        if self.refused is not None:
+            raise self.refused
         if self._failed is not None:
             self.dropped += 1
             return
@@ -484,6 +615,8 @@ class ChunkPublisher:
                             await self._kick.wait()  # set when a batch is full
             try:
                 await self._flush(drain=False)
+            except StreamNotOwned:
+                return  # kept in ``refused``: the next publish or flush raises it
             except Exception as e:
                 log.warning("chunk stream %s: flush failed, will retry: %r", self.stream_id, e)
                 await asyncio.sleep(max(self.flush_interval_s, 0.1))
@@ -517,6 +650,8 @@ class ChunkPublisher:
             try:
                 async with asyncio.timeout_at(deadline) as scope:
                     return await self._flush(drain=True)
+            except StreamNotOwned:
+                raise  # not an outage: this run lost the stream
             except Exception as e:  # a backend's own timeout too
                 if scope.expired():
                     break
@@ -546,6 +681,8 @@ class ChunkPublisher:
         instead of waiting for the next interval.
         """
         async with self._lock:
+            if self.refused is not None:
+                raise self.refused
             buf = self._buf
             todo = len(buf)
             while buf and (drain or todo > 0):
@@ -553,9 +690,20 @@ class ChunkPublisher:
                     n = min(len(buf) if drain else todo, self.max_batch)
                     self._inflight = (self._seq + 1, n, [encode_event(*i) for i in buf[:n]])
                 seq, n, events = self._inflight
-                self.last_offset = await self.backend.append(
-                    self.stream_id, events, writer=self.writer, seq=seq
-                )
+                try:
+                    self.last_offset = await self.backend.append(
+                        self.stream_id,
+                        events,
+                        owner=self.owner,
+                        by_conversation=self.by_conversation,
+                        writer=self.writer,
+                        seq=seq,
+                    )
+                except StreamNotOwned as e:
+                    self.refused = e
+                    self._inflight = None
+                    buf.clear()
+                    raise
                 self.appends += 1
                 self._seq, self._inflight = seq, None
                 sent_chunk = any(item[0] == CHUNK for item in buf[:n])

@@ -75,8 +75,10 @@ class Subscription:
 class StreamHub:
     """Shared readers of a backend's streams (see the module's docstring)."""
 
-    def __init__(self, backend: ChunkStreamBackend) -> None:
+    def __init__(self, backend: ChunkStreamBackend, *, by_conversation: bool = False) -> None:
         self.backend = backend
+        self.by_conversation = by_conversation
+        """Read what the turn's conversation's run wrote only (``ChunkStreamBackend.read``)."""
         self._streams: dict[str, _Shared] = {}
 
     @property
@@ -107,13 +109,14 @@ class StreamHub:
 
     async def _read(self, stream_id: str, shared: _Shared) -> None:
         try:
-            present = await self.backend.read(stream_id, -1)
+            mine = self.by_conversation
+            present = await self.backend.read(stream_id, -1, by_conversation=mine)
             shared.events.extend(present)
             shared.primed.set()
             if any(ev.type == TURN_FINISH for ev in present):
                 return
             cursor = present[-1].offset if present else -1
-            async for ev in self.backend.follow(stream_id, cursor):
+            async for ev in self.backend.follow(stream_id, cursor, by_conversation=mine):
                 shared.events.append(ev)
                 shared.grew()
         except asyncio.CancelledError:

@@ -12,10 +12,16 @@ counter key. Reading after offset *k* is ``XRANGE`` from ID ``{k+2}-0``, followi
 append trims with ``MAXLEN ~`` (the bound counts batches) and refreshes the key's TTL, so
 finished turns vanish on their own.
 
-Appends are idempotent: the script keeps each writer's last batch number in a hash beside
-the stream (same TTL) and skips a batch it has already appended, so an append whose answer
-was lost (a reset or blackholed link: Redis may run it late) is written once when retried.
-Every command is bounded (``SOCKET_TIMEOUT_S``); a follower retries a failed read.
+A stream's owner (``streams.base.StreamClaim``) is a hash beside it, ``<stream key>:owner``
+(a turn's stream id ends in its number, so no stream's key is another's claim), checked and
+updated by the same Lua script that appends: the claim and the offsets move together. The
+hash has the stream's TTL.
+
+Appends are idempotent: the script keeps each writer's last batch number in another hash
+beside the stream, ``<stream key>:writers`` (same TTL), and skips a batch it has already
+appended, so an append whose answer was lost (a reset or blackholed link: Redis may run it
+late) is written once when retried. Every command is bounded (``SOCKET_TIMEOUT_S``); a
+follower retries a failed read from its offset.
 """
 
 from __future__ import annotations
@@ -36,24 +42,41 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from durable_turns.streams.base import (
     TURN_FINISH,
     ChunkStreamBackend,
+    StreamClaim,
     StreamEvent,
+    StreamNotOwned,
     decode_events,
     encode_batch,
+    visible_after,
 )
 
 log = logging.getLogger(__name__)
 
 APPEND_LUA = """
-if ARGV[5] ~= '' then
-    local seen = redis.call('HGET', KEYS[2], ARGV[5])
+if ARGV[7] ~= '' then
+    local seen = redis.call('HGET', KEYS[3], ARGV[7])
     if seen then
         local seq, last = string.match(seen, '^(%d+):(%-?%d+)$')
-        if tonumber(seq) >= tonumber(ARGV[6]) then return tonumber(last) end
+        if tonumber(seq) >= tonumber(ARGV[8]) then return {1, tonumber(last)} end
     end
 end
 local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local first = 0
 if top[1] then first = tonumber(string.match(top[1][1], '^(%d+)')) end
+local owner, mine = ARGV[5], ARGV[6]
+if owner ~= '' then
+    local cur = redis.call('HMGET', KEYS[2], 'owner', 'by_conversation')
+    if not cur[1] then
+        redis.call('HSET', KEYS[2], 'owner', owner, 'by_conversation', mine, 'since', 0)
+    elseif cur[1] ~= owner then
+        if mine == '1' or cur[2] ~= '1' then
+            redis.call('HSET', KEYS[2], 'owner', owner, 'by_conversation', mine, 'since', first)
+        else
+            return {0, cur[1]}
+        end
+    end
+    if tonumber(ARGV[4]) > 0 then redis.call('EXPIRE', KEYS[2], ARGV[4]) end
+end
 local n = tonumber(ARGV[1])
 local id = string.format('%d-0', first + n)
 if tonumber(ARGV[3]) > 0 then
@@ -62,20 +85,18 @@ else
     redis.call('XADD', KEYS[1], id, 'e', ARGV[2])
 end
 if tonumber(ARGV[4]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
-if ARGV[5] ~= '' then
-    redis.call('HSET', KEYS[2], ARGV[5], ARGV[6] .. ':' .. (first + n - 1))
-    if tonumber(ARGV[4]) > 0 then redis.call('EXPIRE', KEYS[2], ARGV[4]) end
+if ARGV[7] ~= '' then
+    redis.call('HSET', KEYS[3], ARGV[7], ARGV[8] .. ':' .. (first + n - 1))
+    if tonumber(ARGV[4]) > 0 then redis.call('EXPIRE', KEYS[3], ARGV[4]) end
 end
-return first + n - 1
+return {1, first + n - 1}
 """
-"""KEYS: the stream, its writers hash. ARGV: event count, body, MAXLEN (0 = none), TTL
-seconds (0 = none), writer ('' = none), the batch's seq. A writer's batch whose seq is not
-above the last one it appended is not appended again (its answer was lost, the append
-retried): the last offset that writer got is returned."""
-
-WRITERS = "\x1fwriters"
-"""Suffix of a stream's writers hash (writer → ``seq:last offset``), kept as long as the
-stream; no stream id holds a control character, so no stream's key is another's hash."""
+"""KEYS: the stream, its claim, its writers. ARGV: event count, body, MAXLEN (0 = none), TTL
+seconds (0 = none), the appending owner ('' = unchecked), '1' when that owner is the
+conversation's run, the writer ('' = none), the batch's seq. Returns {1, last offset}, or
+{0, the owner} when the append is refused (the rule of ``streams.base.claim_stream``). A
+writer's batch whose seq is not above the last one it appended is not appended again (its
+answer was lost, the append retried): {1, the last offset that writer got}."""
 
 SOCKET_TIMEOUT_S = 5.0
 """How long one Redis command waits for its answer (and a connection for its connect)
@@ -97,6 +118,10 @@ PAGE = 256
 def _ms(entry_id: bytes | str) -> int:
     raw = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
     return int(raw.partition("-")[0])
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _events(entry_id: bytes | str, fields: Mapping[Any, Any], after: int) -> list[StreamEvent]:
@@ -130,14 +155,19 @@ class RedisStreamBackend(ChunkStreamBackend):
     def key(self, stream_id: str) -> str:
         return f"{self.prefix}{stream_id}"
 
+    def claim_key(self, stream_id: str) -> str:
+        return f"{self.prefix}{stream_id}:owner"
+
+    def writers_key(self, stream_id: str) -> str:
+        return f"{self.prefix}{stream_id}:writers"
+
     async def open(self) -> None:
         # Every command is bounded: a blackholed link fails it after SOCKET_TIMEOUT_S
         # instead of hanging (redis-py < 6 waits forever by default). A blocking XREAD
         # waits block_ms on the server first, so its bound is that much longer.
-        timeout = SOCKET_TIMEOUT_S + self.block_ms / 1000
         client = aioredis.Redis.from_url(
             self.url,
-            socket_timeout=timeout,
+            socket_timeout=SOCKET_TIMEOUT_S + self.block_ms / 1000,
             socket_connect_timeout=SOCKET_TIMEOUT_S,
             socket_keepalive=True,
             health_check_interval=HEALTH_CHECK_S,
@@ -159,14 +189,13 @@ class RedisStreamBackend(ChunkStreamBackend):
             raise RuntimeError("RedisStreamBackend is not open")
         return self._redis
 
-    def writers_key(self, stream_id: str) -> str:
-        return f"{self.key(stream_id)}{WRITERS}"
-
     async def append(
         self,
         stream_id: str,
         events: Sequence[Mapping[str, Any]],
         *,
+        owner: str | None = None,
+        by_conversation: bool = False,
         writer: str | None = None,
         seq: int = 0,
     ) -> int:
@@ -174,13 +203,43 @@ class RedisStreamBackend(ChunkStreamBackend):
             return await self.last_offset(stream_id)
         if self._script is None:
             raise RuntimeError("RedisStreamBackend is not open")
-        args = [len(events), encode_batch(events), self.maxlen, self.ttl_s, writer or "", seq]
-        keys = [self.key(stream_id), self.writers_key(stream_id)]
-        return int(await self._script(keys=keys, args=args))
+        args = [
+            len(events),
+            encode_batch(events),
+            self.maxlen,
+            self.ttl_s,
+            owner or "",
+            "1" if by_conversation else "0",
+            writer or "",
+            seq,
+        ]
+        keys = [self.key(stream_id), self.claim_key(stream_id), self.writers_key(stream_id)]
+        ok, value = await self._script(keys=keys, args=args)
+        if not ok:
+            raise StreamNotOwned(stream_id, _text(value))
+        return int(value)
+
+    async def claim(self, stream_id: str) -> StreamClaim | None:
+        owner, mine, since = await self.client.hmget(
+            self.claim_key(stream_id), ["owner", "by_conversation", "since"]
+        )
+        if owner is None:
+            return None
+        return StreamClaim(owner=_text(owner), by_conversation=mine == b"1", since=int(since or 0))
 
     async def read(
-        self, stream_id: str, after: int = -1, limit: int | None = None
+        self,
+        stream_id: str,
+        after: int = -1,
+        limit: int | None = None,
+        *,
+        by_conversation: bool = False,
     ) -> list[StreamEvent]:
+        # the claim first: any owner after it is at least as entitled (claims only move on)
+        start_after = visible_after(await self.claim(stream_id), after, by_conversation)
+        if start_after is None:
+            return []
+        after = start_after
         key, start = self.key(stream_id), f"{after + 2}-0"
         out: list[StreamEvent] = []
         while limit is None or len(out) < limit:
@@ -197,10 +256,13 @@ class RedisStreamBackend(ChunkStreamBackend):
         return _ms(top[0][0]) - 1 if top else -1
 
     async def delete(self, stream_id: str) -> None:
-        await self.client.delete(self.key(stream_id), self.writers_key(stream_id))
+        await self.client.delete(*self._keys(stream_id))
+
+    def _keys(self, stream_id: str) -> tuple[str, str, str]:
+        return self.key(stream_id), self.claim_key(stream_id), self.writers_key(stream_id)
 
     async def expire(self, stream_id: str, ttl_s: float) -> None:
-        for key in (self.key(stream_id), self.writers_key(stream_id)):
+        for key in self._keys(stream_id):
             await self.client.expire(key, max(int(ttl_s), 1))
 
     async def follow(
@@ -211,14 +273,17 @@ class RedisStreamBackend(ChunkStreamBackend):
         poll_interval: float = 0.05,
         until_finished: bool = True,
         idle_timeout: float | None = None,
+        by_conversation: bool = False,
     ) -> AsyncIterator[StreamEvent]:
         """Like the base ``follow``, but blocks in ``XREAD`` instead of polling.
 
         ``poll_interval`` is unused: new batches wake the reader at once. Each blocked
-        reader holds one pooled connection. A read that fails (Redis unreachable, a reset or
-        blackholed link) is retried from the same offset after a pause (0.1 s, doubling to
-        2 s): the reader pauses and resumes where it was, with no gap and no repeat, and
-        ``idle_timeout`` counts the outage as idle time.
+        reader holds one pooled connection. The stream's claim is read after each batch of
+        entries: a claim only moves on, so what it leaves visible is its owner's (or a later,
+        at least as entitled owner's); what it hides is skipped for good. A read that fails
+        (Redis unreachable, a reset or blackholed link) is retried from the same offset after
+        a pause (0.1 s, doubling to 2 s): the reader pauses and resumes where it was, with
+        no gap and no repeat, and ``idle_timeout`` counts the outage as idle time.
         """
         key, cursor = self.key(stream_id), after
         idle_since = time.monotonic()
@@ -234,16 +299,21 @@ class RedisStreamBackend(ChunkStreamBackend):
                 resp: Any = await self.client.xread(
                     {key: f"{cursor + 1}-0"}, count=PAGE, block=block
                 )
+                batches = [entries for _key, entries in resp or [] if entries]
+                claim = await self.claim(stream_id) if batches else None
             except (RedisConnectionError, RedisTimeoutError) as e:
                 log.warning("chunk stream %s: read failed, will retry: %r", stream_id, e)
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, 2.0)
                 continue
             pause = 0.1
-            for _key, entries in resp or []:
+            for entries in batches:
+                visible = visible_after(claim, cursor, by_conversation)
                 for entry_id, fields in entries:
                     for ev in _events(entry_id, fields, cursor):
                         cursor = ev.offset
+                        if visible is None or ev.offset <= visible:
+                            continue  # another run's
                         yield ev
                         if until_finished and ev.type == TURN_FINISH:
                             return

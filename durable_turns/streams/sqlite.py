@@ -6,6 +6,10 @@ never collide; WAL lets readers read while a writer appends, and each committed 
 wakes the readers that follow the file (``streams.wakeup``), so none of them polls. Appends
 and reads run at once when the file is free and on a worker thread when it is busy, like the
 transcript store's transactions (``sqlite_wal.SQLiteFile``).
+
+A stream's owner is a row of ``chunk_claims``, read and written in the append's write
+transaction (``streams.base.claim_stream``); a file from before claims gets the table when
+a backend opens it, and its streams count as unclaimed.
 """
 
 from __future__ import annotations
@@ -19,7 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from durable_turns.sqlite_wal import SQLiteFile
-from durable_turns.streams.base import ChunkStreamBackend, StreamEvent, decode_batch, encode_batch
+from durable_turns.streams.base import (
+    ChunkStreamBackend,
+    StreamClaim,
+    StreamEvent,
+    claim_stream,
+    decode_batch,
+    encode_batch,
+    visible_after,
+)
 from durable_turns.streams.wakeup import WakeChannel
 
 SCHEMA = """
@@ -32,6 +44,13 @@ CREATE TABLE IF NOT EXISTS chunk_batches (
     PRIMARY KEY (stream_id, first_offset)
 );
 CREATE INDEX IF NOT EXISTS chunk_batches_by_last ON chunk_batches (stream_id, last_offset);
+CREATE TABLE IF NOT EXISTS chunk_claims (
+    stream_id TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    by_conversation INTEGER NOT NULL,
+    since INTEGER NOT NULL,
+    claimed_at REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS chunk_writers (
     stream_id TEXT NOT NULL,
     writer TEXT NOT NULL,
@@ -69,6 +88,8 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         stream_id: str,
         events: Sequence[Mapping[str, Any]],
         *,
+        owner: str | None = None,
+        by_conversation: bool = False,
         writer: str | None = None,
         seq: int = 0,
     ) -> int:
@@ -90,6 +111,22 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
                 (stream_id,),
             ).fetchone()
             first = row[0] + 1 if row else 0
+            if owner:
+                current = _claim(conn, stream_id)
+                claim = claim_stream(stream_id, current, owner, by_conversation, first)
+                if claim is not None and claim != current:
+                    conn.execute(
+                        "INSERT OR REPLACE INTO chunk_claims"
+                        " (stream_id, owner, by_conversation, since, claimed_at)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        (
+                            stream_id,
+                            claim.owner,
+                            int(claim.by_conversation),
+                            claim.since,
+                            time.time(),
+                        ),
+                    )
             conn.execute(
                 "INSERT INTO chunk_batches (stream_id, first_offset, last_offset, body, created_at)"
                 " VALUES (?, ?, ?, ?, ?)",
@@ -113,14 +150,29 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         return await self._call(lambda conn: conn.execute(sql, params).fetchall(), write=False)
 
     async def read(
-        self, stream_id: str, after: int = -1, limit: int | None = None
+        self,
+        stream_id: str,
+        after: int = -1,
+        limit: int | None = None,
+        *,
+        by_conversation: bool = False,
     ) -> list[StreamEvent]:
-        # Each row holds at least one event past ``after``, so ``limit`` rows are enough.
-        rows = await self._query(
-            "SELECT first_offset, body FROM chunk_batches WHERE stream_id = ? AND last_offset > ?"
-            " ORDER BY last_offset LIMIT ?",
-            (stream_id, after, -1 if limit is None else limit),
-        )
+        def read(conn: sqlite3.Connection) -> tuple[int | None, list[Any]]:
+            start = visible_after(_claim(conn, stream_id), after, by_conversation)
+            if start is None:
+                return None, []
+            # Each row holds at least one event past ``start``, so ``limit`` rows are enough.
+            rows = conn.execute(
+                "SELECT first_offset, body FROM chunk_batches WHERE stream_id = ?"
+                " AND last_offset > ? ORDER BY last_offset LIMIT ?",
+                (stream_id, start, -1 if limit is None else limit),
+            ).fetchall()
+            return start, rows
+
+        start, rows = await self._transaction(read, write=False)  # one snapshot
+        if start is None:
+            return []
+        after = start
         out: list[StreamEvent] = []
         for first, body in rows:
             out.extend(decode_batch(first, body, after))
@@ -134,10 +186,14 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         )
         return int(rows[0][0]) if rows else -1
 
+    async def claim(self, stream_id: str) -> StreamClaim | None:
+        return await self._call(lambda conn: _claim(conn, stream_id), write=False)
+
     async def delete(self, stream_id: str) -> None:
         def delete(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM chunk_batches WHERE stream_id = ?", (stream_id,))
             conn.execute("DELETE FROM chunk_writers WHERE stream_id = ?", (stream_id,))
+            conn.execute("DELETE FROM chunk_claims WHERE stream_id = ?", (stream_id,))
 
         await self._transaction(delete, write=True)
 
@@ -157,8 +213,23 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
             " FROM chunk_batches GROUP BY stream_id HAVING MAX(created_at) < ?)",
             (cutoff,),
         )
+        conn.execute(  # the claims of the streams that are gone
+            "DELETE FROM chunk_claims WHERE claimed_at < ? AND stream_id NOT IN"
+            " (SELECT stream_id FROM chunk_batches)",
+            (cutoff,),
+        )
         conn.execute(
             "DELETE FROM chunk_writers WHERE stream_id NOT IN"
             " (SELECT DISTINCT stream_id FROM chunk_batches)"
         )
         return cur.rowcount
+
+
+def _claim(conn: sqlite3.Connection, stream_id: str) -> StreamClaim | None:
+    row = conn.execute(
+        "SELECT owner, by_conversation, since FROM chunk_claims WHERE stream_id = ?",
+        (stream_id,),
+    ).fetchone()
+    if row is None:
+        return None
+    return StreamClaim(owner=row[0], by_conversation=bool(row[1]), since=int(row[2]))

@@ -350,7 +350,7 @@ class FrontDoor:
         out: list[tuple[int, StreamEvent]] = []
         turn: int | None = head
         while turn is not None:
-            events = await self.streams.read(turn_id(conv, turn), -1)
+            events = await self.streams.read(turn_id(conv, turn), -1, by_conversation=True)
             out += [(turn, e) for e in protocol.replayable(events)]
             turn = next((_next_turn(e) for e in events if e.type == TURN_FINISH), None)
         return out
@@ -571,7 +571,7 @@ def create_app(
                         authenticate=authenticate,
                         client=turns,
                         streams=streams,
-                        hub=StreamHub(streams),
+                        hub=StreamHub(streams, by_conversation=True),
                         store=store,
                         max_streams=settings.http_max_streams,
                         max_streams_per_principal=settings.http_max_streams_per_principal,

@@ -174,6 +174,10 @@ class FaultProxy:
         self._heal()
         if self._server is not None:
             self._server.close()
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in others:  # the connections' handlers: end them before the loop stops
+            task.cancel()
+        await asyncio.gather(*others, return_exceptions=True)
 
 
 def _abort(writer: asyncio.StreamWriter) -> None:

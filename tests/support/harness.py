@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 class WorkerProcess:
     """``python worker.py`` as a real child process (so tests can ``kill -9`` it); another
-    command with ``args`` (ready when it prints ``marker``)."""
+    command with ``args`` (ready when it prints ``marker``), run in ``cwd``."""
 
     def __init__(
         self,
@@ -32,13 +32,14 @@ class WorkerProcess:
         log_path: Path,
         args: list[str] | None = None,
         marker: bytes = b"worker ready",
+        cwd: Path = ROOT,
     ) -> None:
         self.log_path = log_path
         self._marker = marker
         self._log = open(log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, *(args or [str(ROOT / "worker.py")])],
-            cwd=ROOT,
+            cwd=cwd,
             env=env,
             stdout=subprocess.PIPE,
             stderr=self._log,
