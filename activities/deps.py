@@ -32,7 +32,7 @@ from durable_turns.store import (
     TurnState,
 )
 from durable_turns.store.base import owns
-from durable_turns.streams import ChunkPublisher, ChunkStreamBackend
+from durable_turns.streams import ChunkPublisher, ChunkStreamBackend, StreamUnavailable
 from durable_turns.streams.base import StreamNotOwned
 from durable_turns.tools import ToolRegistry
 
@@ -151,26 +151,43 @@ class ActivityDeps:
 
     @contextlib.asynccontextmanager
     async def publisher(
-        self, turn: TurnRef | TurnRecord, step: int | None
+        self, turn: TurnRef | TurnRecord, step: int | None, *, once: str | None = None
     ) -> AsyncIterator[ChunkPublisher | None]:
         """The turn's live chunk stream (None when streaming is off); always flushed.
 
         Every append names this run (``turn.owner``); a stream another run owns refuses
-        them, and the activity fails with TurnTakenOver."""
+        them, and the activity fails with TurnTakenOver. Its boundaries wait at most
+        ``stream_write_timeout_s`` (then ``StreamUnavailable``), and the activity heartbeats
+        while they wait. ``once`` names what this activity publishes the same in every
+        attempt (a tool result, the turn's end): its attempts share one writer, so the
+        stream holds it once, however many attempts published it."""
         if self.streams is None:
             yield None
             return
-        attempt = activity.info().attempt
+        info = activity.info()
+        writer = f"{info.workflow_run_id}/{info.activity_id}/{once}" if once else None
+        publisher = ChunkPublisher(
+            self.streams,
+            turn.turn_id,
+            step=step,
+            attempt=info.attempt,
+            owner=turn.owner,
+            by_conversation=turn.by_conversation,
+            writer=writer,
+            write_timeout_s=self.settings.stream_write_timeout_s,
+            # a local activity has no heartbeat: the SDK keeps its workflow task alive
+            on_wait=None if info.is_local else activity.heartbeat,
+            wait_beat_s=self.beat_every,
+        )
         try:
-            async with ChunkPublisher(
-                self.streams,
-                turn.turn_id,
-                step=step,
-                attempt=attempt,
-                owner=turn.owner,
-                by_conversation=turn.by_conversation,
-            ) as publisher:
+            try:
                 yield publisher
+            except BaseException:
+                # the activity's own error wins over the stream's
+                with contextlib.suppress(StreamUnavailable, StreamNotOwned):
+                    await publisher.aclose()
+                raise
+            await publisher.aclose()
         except StreamNotOwned as e:
             raise taken_over(turn.turn_id, "its live stream belongs to another run") from e
 

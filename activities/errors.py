@@ -11,6 +11,7 @@ from datetime import timedelta
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.contract import (  # noqa: F401 - re-exported for the activities
+    CHUNK_STREAM_UNAVAILABLE,
     HOOK_ERROR,
     INVALID_MODEL,
     INVALID_REQUEST,

@@ -34,6 +34,7 @@ from durable_turns.hooks.types import ChatErrorContext, ChatResponseResult
 from durable_turns.messages import Message, ToolCallPart
 from durable_turns.store import StepRecord, ToolResultRecord, TurnRecord
 from durable_turns.store.base import owns
+from durable_turns.streams import TURN_FINISH, StreamUnavailable
 
 
 class FinishActivities:
@@ -148,15 +149,20 @@ class FinishActivities:
         turn.error = error.model_dump() if error else None
         await self.deps.store.save_turn(turn)
         text, truncated = _preview(ctx_build.message_text(message))
-        async with self.deps.publisher(turn, None) as publisher:
-            if publisher is not None:
-                data: dict[str, Any] = {
-                    "text": text,
-                    "error": error.model_dump() if error else None,
-                }
-                if continued_by is not None:  # the reply goes on in that turn's stream
-                    data["continued_by_turn"] = continued_by
-                await publisher.turn_finish(status, data)
+        try:
+            # once: a retried attempt (its predecessor's write applied, its answer lost)
+            # does not end the stream twice
+            async with self.deps.publisher(turn, None, once=TURN_FINISH) as publisher:
+                if publisher is not None:
+                    data: dict[str, Any] = {
+                        "text": text,
+                        "error": error.model_dump() if error else None,
+                    }
+                    if continued_by is not None:  # the reply goes on in that turn's stream
+                        data["continued_by_turn"] = continued_by
+                    await publisher.turn_finish(status, data)
+        except StreamUnavailable as e:  # the transcript has the reply: the turn ends
+            activity.logger.warning("%s; the turn ends without its turn-finish event", e)
         return TurnResult(
             request_id=turn.request_id,
             conversation_id=turn.conversation_id,

@@ -8,8 +8,11 @@ chunk stream and watched for stalls (``activities.streaming``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import json
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -19,6 +22,7 @@ from durable_turns.activities import isolation
 from durable_turns.activities.context import request_metadata
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.errors import (
+    CHUNK_STREAM_UNAVAILABLE,
     INVALID_REQUEST,
     STREAM_STALLED,
     WORKER_SHUTDOWN,
@@ -39,15 +43,20 @@ from durable_turns.messages import (
     Message,
     ReasoningDelta,
     ReasoningEnd,
+    ReasoningPart,
     StreamPart,
+    TextDelta,
     TextPart,
+    ToolCallChunk,
     ToolCallPart,
+    ToolInputDelta,
+    ToolInputStart,
     Usage,
     copied,
 )
 from durable_turns.models import ModelProvider, ModelRequest, ProviderError
-from durable_turns.store import StepRecord
-from durable_turns.streams import ChunkPublisher
+from durable_turns.store import StepRecord, TurnRecord
+from durable_turns.streams import ChunkPublisher, StreamUnavailable
 from durable_turns.tools import ToolRegistry
 from durable_turns.transforms import (
     UnknownTransform,
@@ -73,7 +82,7 @@ class ModelStepActivities:
             turn, steps, results = state.turn, state.steps, state.results
             stored = next((s for s in steps if s.step == inp.step), None)
             if stored is not None:  # a retried attempt: the model is not asked again
-                return _summary(stored, self.deps.tools)
+                return await self._republish(inp.turn, turn, stored)
             prior = [s for s in steps if s.step < inp.step]
             config = ctx_build.turn_config(turn)
             if prior:
@@ -104,49 +113,100 @@ class ModelStepActivities:
             request = await self._request(
                 model, model_name, config, step_config, messages, turn.conversation_id
             )
-        async with self.deps.publisher(inp.turn, inp.step) as publisher:
-            if publisher is not None:
-                if activity.info().attempt > 1:  # readers drop what earlier attempts streamed
-                    await publisher.reset(activity.info().attempt, reason="retry")
-                publisher.open_step(inp.step, {"model": model})
-            partial = StepSnapshot()
-            try:
-                snapshot = await self._stream(provider, request, config, inp, publisher, partial)
-            except ApplicationError as e:
-                if partial.parts and _is_final(e):
-                    # The turn fails with this error: what the last attempt streamed is kept
-                    # for fail_turn (and so on_chat_error/on_chat_response), marked "error".
-                    failed = _record(inp.step, turn.run, model, partial)
-                    failed.finish_reason, failed.raw_finish_reason = "error", "error"
-                    await self.deps.store.save_step(turn.turn_id, failed, owner=turn.owner)
-                raise
-            except asyncio.CancelledError:
-                if not cancelled_by_user():
-                    # A worker shutdown, a heartbeat timeout, a lost server: nothing is kept,
-                    # the step is re-run in full (a stored partial would become the reply).
-                    _raise_if_shutting_down()
-                    raise
-                if partial.parts:  # cancelChat: keep what was streamed so far
-                    aborted = _record(inp.step, turn.run, model, partial)
-                    aborted.raw_finish_reason = "aborted"
-                    await self.deps.store.save_step(turn.turn_id, aborted, owner=turn.owner)
-                raise
-            if isinstance(snapshot, StepSummary):
-                return snapshot
-            record = _record(inp.step, turn.run, model, snapshot)
-            record.request = request_metadata(model, request)
-            record.active_tools = step_config.active_tools
-            record.experimental_context = (
-                step_config.experimental_context if step_config.sets_context else inherited
-            )
-            # A store outage here is waited out (PatientStore): the model is not asked again.
-            saved = await self.deps.store.save_step(turn.turn_id, record, owner=turn.owner)
-            summary = _summary(saved, self.deps.tools)
-            if publisher is not None:
-                await publisher.step_finish(
-                    {"finish_reason": summary.finish_reason, "usage": summary.usage.model_dump()}
+        result: StepSummary | None = None
+        try:
+            async with self.deps.publisher(inp.turn, inp.step) as publisher:
+                if publisher is not None:
+                    if activity.info().attempt > 1:  # readers drop what earlier attempts streamed
+                        with contextlib.suppress(StreamUnavailable):  # then the step goes on
+                            await publisher.reset(activity.info().attempt, reason="retry")
+                    publisher.open_step(inp.step, {"model": model})
+                result = await self._run(
+                    turn, inp, model, provider, request, config, step_config, inherited, publisher
                 )
+                return result
+        except StreamUnavailable as e:
+            if result is None:  # not from this step's own writes: retried like a crash
+                raise ApplicationError(str(e), type=CHUNK_STREAM_UNAVAILABLE) from e
+            if result.outcome == "context_overflow":  # nothing saved: the turn recovers
+                return result
+            return _stream_lost(e, result)
+
+    async def _run(
+        self,
+        turn: TurnRecord,
+        inp: ModelStepInput,
+        model: str,
+        provider: ModelProvider,
+        request: ModelRequest,
+        config: TurnConfig,
+        step_config: StepConfig,
+        inherited: Any,
+        publisher: ChunkPublisher | None,
+    ) -> StepSummary:
+        """Stream the step, save it, and publish its end (``StreamUnavailable`` after the
+        step is saved: ``_stream_lost``)."""
+        partial = StepSnapshot()
+        try:
+            snapshot = await self._stream(provider, request, config, inp, publisher, partial)
+        except ApplicationError as e:
+            if partial.parts and _is_final(e):
+                # The turn fails with this error: what the last attempt streamed is kept
+                # for fail_turn (and so on_chat_error/on_chat_response), marked "error".
+                failed = _record(inp.step, turn.run, model, partial)
+                failed.finish_reason, failed.raw_finish_reason = "error", "error"
+                await self.deps.store.save_step(turn.turn_id, failed, owner=turn.owner)
+            raise
+        except asyncio.CancelledError:
+            if not cancelled_by_user():
+                # A worker shutdown, a heartbeat timeout, a lost server: nothing is kept,
+                # the step is re-run in full (a stored partial would become the reply).
+                _raise_if_shutting_down()
+                raise
+            if partial.parts:  # cancelChat: keep what was streamed so far
+                aborted = _record(inp.step, turn.run, model, partial)
+                aborted.raw_finish_reason = "aborted"
+                await self.deps.store.save_step(turn.turn_id, aborted, owner=turn.owner)
+            raise
+        if isinstance(snapshot, StepSummary):
+            return snapshot
+        record = _record(inp.step, turn.run, model, snapshot)
+        record.request = request_metadata(model, request)
+        record.active_tools = step_config.active_tools
+        record.experimental_context = (
+            step_config.experimental_context if step_config.sets_context else inherited
+        )
+        # A store outage here is waited out (PatientStore): the model is not asked again.
+        saved = await self.deps.store.save_step(turn.turn_id, record, owner=turn.owner)
+        summary = _summary(saved, self.deps.tools)
+        if publisher is not None:
+            try:
+                await publisher.step_finish(_finish_data(summary))
+            except StreamUnavailable as e:
+                return _stream_lost(e, summary)
+        return summary
+
+    async def _republish(self, ref: TurnRef, turn: TurnRecord, stored: StepRecord) -> StepSummary:
+        """A step an earlier attempt saved: its summary, and on the live stream the whole
+        step again (after a reset), for the earlier attempt may have been lost before its
+        chunks reached the stream (a hung or broken stream write, a crash after the save).
+        Readers drop what the earlier attempts streamed and see the step once."""
+        summary = _summary(stored, self.deps.tools)
+        attempt = activity.info().attempt
+        if attempt == 1:  # nothing of this step was streamed by this run
             return summary
+        sends_reasoning = ctx_build.turn_config(turn).send_reasoning is not False
+        try:
+            async with self.deps.publisher(ref, stored.step) as publisher:
+                if publisher is not None:
+                    await publisher.reset(attempt, reason="retry")
+                    publisher.open_step(stored.step, {"model": stored.model})
+                    for chunk in replayed_chunks(stored, sends_reasoning):
+                        publisher.publish_chunk(chunk)
+                    await publisher.step_finish(_finish_data(summary))
+        except StreamUnavailable as e:
+            return _stream_lost(e, summary)
+        return summary
 
     async def _request(
         self,
@@ -251,6 +311,59 @@ def _is_final(error: ApplicationError) -> bool:
     policy = activity.info().retry_policy
     most = policy.maximum_attempts if policy is not None else 0
     return most > 0 and activity.info().attempt >= most
+
+
+def _finish_data(summary: StepSummary) -> dict[str, Any]:
+    return {"finish_reason": summary.finish_reason, "usage": summary.usage.model_dump()}
+
+
+def _stream_lost(error: StreamUnavailable, summary: StepSummary) -> StepSummary:
+    """A saved step whose end could not be written to the live stream: the attempt fails
+    (retryable, ``ChunkStreamUnavailable``) so the next one, perhaps on a worker that reaches
+    the stream, writes the saved step again; the last attempt returns the step without it,
+    for the transcript has it and the turn goes on."""
+    policy = activity.info().retry_policy
+    most = policy.maximum_attempts if policy is not None else 0
+    if most == 0 or activity.info().attempt < most:
+        raise ApplicationError(str(error), type=CHUNK_STREAM_UNAVAILABLE) from error
+    activity.logger.warning(
+        "%s; step %d goes on without its live stream (its last attempt)", error, summary.step
+    )
+    return summary
+
+
+def replayed_chunks(step: StepRecord, sends_reasoning: bool = True) -> list[StreamPart]:
+    """A saved step as its stream carried it: its text, reasoning (when sent) and tool calls
+    in order, then its sources."""
+    out: list[StreamPart] = []
+    for part in step.parts:
+        if isinstance(part, TextPart):
+            if part.text:
+                out.append(TextDelta(text=part.text))
+        elif isinstance(part, ReasoningPart):
+            if sends_reasoning:
+                out.append(
+                    ReasoningDelta(
+                        text=part.text,
+                        signature=part.signature,
+                        redacted_data=part.redacted_data,
+                        provider_metadata=part.provider_metadata,
+                    )
+                )
+                out.append(ReasoningEnd())
+        elif isinstance(part, ToolCallPart):
+            out.append(ToolInputStart(tool_call_id=part.tool_call_id, tool_name=part.tool_name))
+            out.append(ToolInputDelta(tool_call_id=part.tool_call_id, delta=json.dumps(part.input)))
+            out.append(
+                ToolCallChunk(
+                    tool_call_id=part.tool_call_id,
+                    tool_name=part.tool_name,
+                    input=part.input,
+                    provider_metadata=part.provider_metadata,
+                )
+            )
+    out.extend(step.sources)
+    return out
 
 
 def _raise_if_shutting_down() -> None:

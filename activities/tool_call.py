@@ -27,10 +27,12 @@ from durable_turns.contract import (
     ToolCallInput,
     ToolOutcome,
     ToolResolution,
+    TurnRef,
 )
 from durable_turns.hooks.types import ToolCallContext, ToolCallResultContext
 from durable_turns.messages import StreamPart, ToolCallPart, ToolResultChunk, copied
 from durable_turns.store import StepRecord, ToolResultRecord, TurnRecord
+from durable_turns.streams import TOOL_RESULT, TOOL_WAIT, StreamUnavailable
 from durable_turns.tools import ToolContext
 
 
@@ -46,6 +48,8 @@ class ToolCallActivities:
         turn, steps = state.turn, state.steps
         stored = state.results.get(inp.tool_call_id)
         if stored is not None:  # the decision and the result are recorded: never asked again
+            if activity.info().attempt > 1:  # the attempt that saved it may not have published it
+                await self._publish_result(ref, inp.step, stored)
             return _outcome(stored)
         step, call = _find_call(steps, inp)
         config = ctx_build.turn_config(turn)
@@ -66,16 +70,19 @@ class ToolCallActivities:
                 inp.resolution,
             )
             if run.pending:  # recorded nowhere: the turn waits for the client, then asks again
-                async with self.deps.publisher(ref, inp.step) as publisher:
-                    if publisher is not None:  # readers learn what the turn waits on
-                        await publisher.tool_wait(
-                            {
-                                "tool_call_id": call.tool_call_id,
-                                "tool_name": call.tool_name,
-                                "waiting_for": run.pending,
-                                "input": call.input,
-                            }
-                        )
+                try:
+                    async with self.deps.publisher(ref, inp.step, once=TOOL_WAIT) as publisher:
+                        if publisher is not None:  # readers learn what the turn waits on
+                            await publisher.tool_wait(
+                                {
+                                    "tool_call_id": call.tool_call_id,
+                                    "tool_name": call.tool_name,
+                                    "waiting_for": run.pending,
+                                    "input": call.input,
+                                }
+                            )
+                except StreamUnavailable as e:  # the turn waits all the same
+                    activity.logger.warning("%s; no tool-wait event", e)
                 return ToolOutcome(
                     tool_call_id=call.tool_call_id,
                     tool_name=call.tool_name,
@@ -123,14 +130,24 @@ class ToolCallActivities:
             outcome=run.outcome,
         )
         saved = await self.deps.store.save_tool_result(ref.turn_id, record, owner=turn.owner)
-        async with self.deps.publisher(ref, inp.step) as publisher:
-            if publisher is not None:
-                data = ctx_build.tool_result_part(saved).model_dump(mode="json")
-                if saved.approval is not None:
-                    data["approval"] = saved.approval
-                data["outcome"] = saved.outcome or "ran"
-                await publisher.tool_result(data)
+        await self._publish_result(ref, inp.step, saved)
         return _outcome(saved)
+
+    async def _publish_result(self, ref: TurnRef, step: int, saved: ToolResultRecord) -> None:
+        """The call's ``tool-result`` event, once however many attempts publish it; a stream
+        that stays unwritable for ``stream_write_timeout_s`` is logged and gone without."""
+        try:
+            async with self.deps.publisher(ref, step, once=TOOL_RESULT) as publisher:
+                if publisher is not None:
+                    data = ctx_build.tool_result_part(saved).model_dump(mode="json")
+                    if saved.approval is not None:
+                        data["approval"] = saved.approval
+                    data["outcome"] = saved.outcome or "ran"
+                    await publisher.tool_result(data)
+        except StreamUnavailable as e:  # the store has the result: the turn goes on
+            activity.logger.warning(
+                "%s; tool call %s has no tool-result event", e, saved.tool_call_id
+            )
 
     async def _tool_call_context(
         self, turn: TurnRecord, steps: list[StepRecord], step: int, call: ToolCallPart

@@ -111,6 +111,9 @@ class Settings:
     """TURNS_OTEL=1: OpenTelemetry tracing through Temporal's interceptor (the 'otel' extra)."""
     chunk_stream_url: str | None = None
     """TURNS_CHUNK_STREAM_URL: live chunks: sqlite:///…, redis://…, or none; default SQLite."""
+    stream_write_timeout_s: float = 60.0
+    """TURNS_STREAM_WRITE_TIMEOUT_S: how long an activity retries a chunk-stream write it
+    waits on (a step's end, a tool result, the turn's end) before going on without it."""
     stall_timeout_ms: int = 0
     """TURNS_STALL_TIMEOUT_MS: the stream-stall watchdog's default (0 disables it)."""
     heartbeat_timeout_s: float = 30.0
@@ -182,6 +185,7 @@ class Settings:
             chunk_stream_url=_env("TURNS_CHUNK_STREAM_URL"),
             prometheus_bind=_env("TURNS_PROMETHEUS_BIND"),
             otel=(_env("TURNS_OTEL", "") or "").lower() in ("1", "true", "yes"),
+            stream_write_timeout_s=float(_env("TURNS_STREAM_WRITE_TIMEOUT_S", "60") or 60),
             stall_timeout_ms=int(_env("TURNS_STALL_TIMEOUT_MS", "0") or 0),
             heartbeat_timeout_s=float(_env("TURNS_HEARTBEAT_TIMEOUT_S", "30") or 30),
             step_timeout_s=float(_env("TURNS_STEP_TIMEOUT_S", "600") or 600),
@@ -208,6 +212,8 @@ class Settings:
             raise ValueError("TURNS_MAX_STEPS must be at least 1")
         if self.stall_timeout_ms < 0:
             raise ValueError("TURNS_STALL_TIMEOUT_MS must be 0 (off) or positive")
+        if self.stream_write_timeout_s <= 0:
+            raise ValueError("TURNS_STREAM_WRITE_TIMEOUT_S must be positive")
         if self.heartbeat_timeout_s <= 0:
             raise ValueError("TURNS_HEARTBEAT_TIMEOUT_S must be positive")
         if not 0 <= self.user_loops <= 256:

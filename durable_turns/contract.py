@@ -184,6 +184,10 @@ MESSAGE_ID_CONFLICT = "MessageIdConflict"
 """A request reuses one message id for two messages."""
 WORKER_SHUTDOWN = "WorkerShutdown"
 """A worker stopped mid-step past its shutdown grace: the step is re-run in full."""
+CHUNK_STREAM_UNAVAILABLE = "ChunkStreamUnavailable"
+"""A model step saved its output but could not write it to the live chunk stream within
+``stream_write_timeout_s``: the next attempt (another worker, perhaps) writes the saved step
+again instead of asking the model; the last attempt goes on without the stream."""
 TOOL_OUTPUT_TOO_LARGE = "ToolOutputTooLarge"
 """A tool returned more than :data:`MAX_TOOL_OUTPUT_BYTES`."""
 TOOL_TIMEOUT = "ToolTimeout"

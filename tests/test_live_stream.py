@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import uuid
+from pathlib import Path
 
 from durable_turns.streams import live_events
 from durable_turns.streams.base import StreamEvent
@@ -152,3 +154,97 @@ async def test_streaming_does_not_change_history_size(harness: Harness) -> None:
     assert await streams.read(r_off.workflow_id) == [], "streaming really was off"
     assert await streams.read(r_on.workflow_id) != []
     await streams.close()
+
+
+class _WriteLock:
+    """Holds the SQLite chunk stream's write lock, as another writer would: appends wait."""
+
+    def __init__(self, path: Path) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None, timeout=10)
+
+    def __enter__(self) -> _WriteLock:
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.conn.execute("ROLLBACK")
+        self.conn.close()
+
+
+async def _step_saved(harness: Harness, conversation: str, step: int) -> bool:
+    state = await (await harness.store()).turn_state(f"{conversation}/turn-1")
+    return state is not None and any(s.step == step for s in state.steps)
+
+
+async def test_a_step_saved_but_never_streamed_is_streamed_by_its_retry(harness: Harness) -> None:
+    """The worker saves the step, cannot write its end to the stream (the file is locked)
+    and dies there. The retry finds the step saved and does not ask the model again: it
+    writes the saved step to the stream, after a reset, so a reader sees the whole reply
+    once (not the first attempt's partial followed by nothing)."""
+    first = harness.start_worker()
+    conversation = harness.conv("saved-not-streamed")
+    text = " ".join(f"word{i}" for i in range(20))
+    request = await harness.turns.submit(
+        conversation, "go", model=harness.script([{"text": text, "delay_ms": 50}])
+    )
+    await wait_until(lambda: _is_streaming(harness, conversation))
+    await asyncio.sleep(0.3)  # a few chunks are in the stream
+    with _WriteLock(harness.tmp / "data" / "chunks.db"):
+        await wait_until(lambda: _step_saved(harness, conversation, 0), 30)
+        await asyncio.sleep(0.5)  # blocked on its step's end
+        first.kill()
+    harness.start_worker()
+    result = await asyncio.wait_for(harness.turns.wait(conversation, request), 60)
+    assert result.status == "completed" and result.text == text
+    streams = await chunk_backend(harness)
+    events = await streams.read(result.workflow_id)
+    await streams.close()
+    assert [e.offset for e in events] == list(range(len(events)))
+    resets = [e for e in events if e.type == "reset"]
+    assert [(e.step, e.attempt) for e in resets] == [(0, 2)]
+    assert any(e.type == "chunk" and e.attempt == 1 for e in events), "attempt 1 streamed"
+    assert text_of(events) == text, [(e.type, e.step, e.attempt) for e in events]
+    live = live_events(events)
+    assert [e.type for e in live].count("step-finish") == 1
+    assert [e.type for e in events].count("turn-finish") == 1
+
+
+async def test_a_step_whose_end_cannot_be_streamed_in_time_is_retried(harness: Harness) -> None:
+    """The stream stays unwritable past TURNS_STREAM_WRITE_TIMEOUT_S after the step is
+    saved: the attempt fails with a retryable ChunkStreamUnavailable (it heartbeated while
+    it waited), and the next one streams the saved step, after a reset, without asking the
+    model again."""
+    harness.start_worker(TURNS_STREAM_WRITE_TIMEOUT_S="3")
+    conversation = harness.conv("stream-write-bound")
+    text = " ".join(f"word{i}" for i in range(20))
+    request = await harness.turns.submit(
+        conversation, "go", model=harness.script([{"text": text, "delay_ms": 50}])
+    )
+    await wait_until(lambda: _is_streaming(harness, conversation))
+    await asyncio.sleep(0.3)
+    with _WriteLock(harness.tmp / "data" / "chunks.db"):
+        await wait_until(lambda: _step_saved(harness, conversation, 0), 30)
+        await asyncio.sleep(5)  # past attempt 1's bound; attempt 2 is waiting
+    result = await asyncio.wait_for(harness.turns.wait(conversation, request), 60)
+    assert result.status == "completed" and result.text == text
+    history = await harness.client.get_workflow_handle(result.workflow_id).fetch_history()
+    failures = [
+        e.activity_task_failed_event_attributes.failure.application_failure_info.type
+        for e in history.events
+        if e.HasField("activity_task_failed_event_attributes")
+    ]
+    assert failures == [], failures  # retried attempts are not events; the last one is
+    retried = [
+        e.activity_task_started_event_attributes
+        for e in history.events
+        if e.HasField("activity_task_started_event_attributes")
+    ]
+    assert retried[0].attempt == 2
+    assert retried[0].last_failure.application_failure_info.type == "ChunkStreamUnavailable"
+    streams = await chunk_backend(harness)
+    events = await streams.read(result.workflow_id)
+    await streams.close()
+    assert [e.offset for e in events] == list(range(len(events)))
+    assert [(e.step, e.attempt) for e in events if e.type == "reset"] == [(0, 2)]
+    assert text_of(events) == text, [(e.type, e.step, e.attempt) for e in events]
+    assert [e.type for e in events].count("turn-finish") == 1

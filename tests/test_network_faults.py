@@ -1,8 +1,8 @@
 """Issue 25, item 5: network faults between the parts, at the default settings.
 
 A fault-injecting proxy (``tests/support/faultproxy.py``) sits between the worker and one
-part (here PostgreSQL, the transcript store). Mid turn, the link is reset, slowed, and
-blackholed for 30 s. Every turn completes
+part: PostgreSQL (the transcript) or Redis (the live chunk stream). Mid turn, the link is
+reset, slowed, and blackholed for 30 s. Every turn completes
 with its whole reply; the transcript has the user's message once and one reply; the live
 stream a reader sees is the reply, whole and once; and the same worker process, never
 restarted, answers the next turn.
@@ -20,7 +20,7 @@ import pytest
 from durable_turns.contract import TurnResult
 from durable_turns.messages import Message
 from durable_turns.store import open_store
-from durable_turns.streams import open_stream_backend
+from durable_turns.streams import CHUNK, ChunkPublisher, open_stream_backend
 from tests.support.faultproxy import FaultProxy
 from tests.support.harness import Harness
 from tests.support.probes import wait_until
@@ -151,3 +151,61 @@ async def test_the_postgres_link_reset_slowed_and_blackholed_mid_turn(
         TURNS_STORE_URL=via,
     )
     _check_transcript(await _messages(direct, result.conversation_id), result.text)
+
+
+async def test_the_redis_link_reset_and_blackholed_mid_turn(harness: Harness) -> None:
+    db = REDIS.rsplit("/", 1)[1]
+    host_port = REDIS.split("//", 1)[1].split("/", 1)[0]
+    host, port = host_port.rsplit(":", 1)
+    with FaultProxy((host, int(port))) as proxy:
+        via = f"redis://{proxy.address}/{db}"
+        result = await _the_turn_survives(
+            harness,
+            proxy,
+            [("reset", 1.0), ("slow", 2.0), ("blackhole", BLACKHOLE_S)],
+            TURNS_CHUNK_STREAM_URL=via,
+        )
+    await _check_stream(REDIS, result, result.text)
+    _check_transcript(await _messages(harness.store_url, result.conversation_id), result.text)
+
+
+async def test_a_redis_follower_pauses_and_resumes_through_a_reset_and_a_blackhole() -> None:
+    """A reader following a turn through a broken link: its read fails (a reset, then a
+    blackhole longer than a command's bound) and is retried from its offset; it ends with
+    every event once, in order."""
+    host_port = REDIS.split("//", 1)[1].split("/", 1)[0]
+    host, port = host_port.rsplit(":", 1)
+    prefix = f"test:net:{uuid.uuid4().hex}:"
+    db = REDIS.rsplit("/", 1)[1]
+    writer = open_stream_backend(f"{REDIS}?prefix={prefix}")
+    assert writer is not None
+    await writer.open()
+    try:
+        with FaultProxy((host, int(port))) as proxy:
+            reader = open_stream_backend(f"redis://{proxy.address}/{db}?prefix={prefix}")
+            assert reader is not None
+            await reader.open()
+            sid = "c/turn-1"
+
+            async def follow() -> list[int]:
+                return [e.data["i"] async for e in reader.follow(sid) if e.type == "chunk"]
+
+            task = asyncio.create_task(follow())
+            pub = ChunkPublisher(writer, sid)
+            for i in range(300):
+                pub.publish(CHUNK, {"i": i})
+                await asyncio.sleep(0.01)
+                if i == 100:
+                    proxy.reset()
+                elif i == 200:
+                    proxy.blackhole()
+            await pub.flush()
+            await asyncio.sleep(7)  # past a read's bound (5 s + block_ms): it fails, retries
+            proxy.heal()
+            await pub.turn_finish("completed")
+            await pub.aclose()
+            assert await asyncio.wait_for(task, 30) == list(range(300))
+            await reader.close()
+    finally:
+        await writer.delete("c/turn-1")
+        await writer.close()

@@ -634,3 +634,103 @@ async def test_a_refused_publisher_stops_and_says_so(backend: ChunkStreamBackend
     with pytest.raises(StreamNotOwned):
         await pub.aclose()
     assert [e.data["text"] for e in await backend.read(sid)] == ["mine"]
+
+
+# --- lost answers, hung links ------------------------------------------------------------
+
+
+async def test_an_append_is_idempotent_per_writer_and_seq(backend: ChunkStreamBackend) -> None:
+    sid, one = _sid(), [{"type": CHUNK, "data": {"i": 1}}]
+    assert await backend.append(sid, one, writer="w", seq=1) == 0
+    assert await backend.append(sid, one, writer="w", seq=1) == 0  # a retry: not again
+    assert await backend.append(sid, one * 2, writer="x", seq=1) == 2  # another writer
+    assert await backend.append(sid, one, writer="w", seq=2) == 3
+    assert await backend.append(sid, one, writer="w", seq=1) == 3  # late and old: skipped
+    assert await backend.append(sid, one) == 4  # no writer: always appended
+    assert [e.offset for e in await backend.read(sid)] == list(range(5))
+    await backend.delete(sid)
+    assert await backend.append(sid, one, writer="w", seq=1) == 0  # a new stream
+
+
+async def test_an_append_applied_but_unanswered_is_written_once(
+    backend: ChunkStreamBackend,
+) -> None:
+    """The backend applies an append and the answer is lost (a reset link, a timeout): the
+    publisher's retry of that batch appends nothing, and nothing is lost or repeated."""
+    sid, inner, lost = _sid(), backend.append, [2, 5]
+
+    async def lossy(stream_id: str, events: Sequence[Mapping[str, Any]], **kw: Any) -> int:
+        last = await inner(stream_id, events, **kw)
+        if lost and kw["seq"] == lost[0]:
+            lost.pop(0)
+            raise ConnectionError("connection reset by peer")
+        return last
+
+    backend.append = lossy  # type: ignore[method-assign]
+    pub = ChunkPublisher(backend, sid, flush_interval_s=0.001, max_batch=3)
+    await pub.step_start(0)
+    for i in range(20):
+        pub.publish(CHUNK, {"i": i})
+        await asyncio.sleep(0.002)
+    await pub.step_finish()
+    await pub.aclose()
+    events = await backend.read(sid)
+    assert not lost
+    assert [e.offset for e in events] == list(range(22))
+    assert [e.data["i"] for e in events if e.type == CHUNK] == list(range(20))
+
+
+async def test_attempts_sharing_a_writer_end_the_stream_once(backend: ChunkStreamBackend) -> None:
+    """Two attempts of one activity publish the same boundary (the first one's answer was
+    lost): with one writer, the stream holds it once."""
+    sid = _sid()
+    for _attempt in (1, 2):
+        async with ChunkPublisher(backend, sid, writer="run/5/turn-finish") as pub:
+            await pub.turn_finish("completed")
+    assert [e.type for e in await backend.read(sid)] == [TURN_FINISH]
+
+
+async def test_a_hung_stream_write_gives_up_within_its_bound() -> None:
+    """A backend that never answers (a blackholed link): the boundary waits
+    ``write_timeout_s``, raises StreamUnavailable, and the publisher stops writing."""
+    backend = open_stream_backend(f"memory://{uuid.uuid4().hex}")
+    assert backend is not None
+    hang = asyncio.Event()
+
+    async def blackholed(stream_id: str, events: Sequence[Mapping[str, Any]], **kw: Any) -> int:
+        await hang.wait()
+        raise AssertionError("unreachable")
+
+    backend.append = blackholed  # type: ignore[method-assign]
+    beats: list[str] = []
+    pub = ChunkPublisher(backend, "s", write_timeout_s=0.3, on_wait=beats.append, wait_beat_s=0.05)
+    pub.publish(CHUNK, {"i": 0})
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(stream_base.StreamUnavailable, match=r"not writable within 0\.3s"):
+        await pub.step_finish()
+    assert 0.25 < asyncio.get_running_loop().time() - started < 2.0
+    assert pub.failed is not None and pub.dropped == 2
+    assert len(beats) >= 3 and beats[0] == "waiting for the chunk stream s"  # heartbeats
+    pub.publish(CHUNK, {"i": 1})  # dropped, not raised: the step goes on
+    assert pub.dropped == 3 and pub.pending == 0
+    with pytest.raises(stream_base.StreamUnavailable):
+        await pub.turn_finish("completed")
+    await asyncio.wait_for(pub.aclose(), 1)  # no second wait
+
+
+async def test_a_failing_stream_write_is_retried_until_its_bound() -> None:
+    backend = open_stream_backend(f"memory://{uuid.uuid4().hex}")
+    assert backend is not None
+    inner, failures = backend.append, [1, 1, 1]
+
+    async def flaky(stream_id: str, events: Sequence[Mapping[str, Any]], **kw: Any) -> int:
+        if failures:
+            failures.pop()
+            raise ConnectionError("refused")
+        return await inner(stream_id, events, **kw)
+
+    backend.append = flaky  # type: ignore[method-assign]
+    pub = ChunkPublisher(backend, "s", write_timeout_s=10)
+    await pub.turn_finish("completed")  # three failures, then through
+    assert [e.type for e in await backend.read("s")] == [TURN_FINISH]
+    await pub.aclose()

@@ -24,6 +24,7 @@ from durable_turns.streams.base import (
     StreamClaim,
     StreamEvent,
     StreamNotOwned,
+    StreamUnavailable,
     encode_event,
     live_events,
 )
@@ -83,6 +84,7 @@ __all__ = [
     "StreamClaim",
     "StreamEvent",
     "StreamNotOwned",
+    "StreamUnavailable",
     "encode_event",
     "live_events",
     "open_stream_backend",

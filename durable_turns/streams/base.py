@@ -8,7 +8,9 @@ any offset, as many times and as late as they like.
 Offsets are assigned by the backend, never by a publisher, so they are gap-free and strictly
 increasing per stream even when a retried activity on another worker (another process)
 appends after the previous attempt's chunks. A retried attempt first writes a ``reset``
-marker; ``live_events`` applies it for readers.
+marker; ``live_events`` applies it for readers. Appends are idempotent per ``(writer,
+seq)``, so a retried append whose first try was applied is written once, and a publisher's
+boundaries wait for the backend at most ``write_timeout_s`` (``StreamUnavailable``).
 
 A turn's stream belongs to the workflow run that owns the turn (``TurnRef.owner``), by the
 same rule as the turn's record in the transcript store (``store.base.claim_decision``):
@@ -29,7 +31,8 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Final, Self
 
@@ -268,6 +271,8 @@ class ChunkStreamBackend(abc.ABC):
         *,
         owner: str | None = None,
         by_conversation: bool = False,
+        writer: str | None = None,
+        seq: int = 0,
     ) -> int:
         """Append wire events (see ``encode_event``) atomically; return the last offset.
 
@@ -276,6 +281,12 @@ class ChunkStreamBackend(abc.ABC):
         same atomic step (``claim_stream``): StreamNotOwned when another run owns it, and
         nothing is appended then. An empty list appends nothing and returns the current last
         offset.
+
+        ``writer`` and ``seq`` make the append idempotent: a batch whose ``seq`` is not
+        greater than the last one ``writer`` appended to this stream appends nothing and
+        returns the last offset that writer's appends got. An append whose answer was lost
+        (a timeout, a reset connection) may still have been applied, late; retried with the
+        same ``writer`` and ``seq`` it is written once.
         """
 
     @abc.abstractmethod
@@ -372,11 +383,13 @@ class MemoryBackend(ChunkStreamBackend):
 
     _registry: ClassVar[dict[str, dict[str, list[StreamEvent]]]] = {}
     _claim_registry: ClassVar[dict[str, dict[str, StreamClaim]]] = {}
+    _writer_registry: ClassVar[dict[str, dict[tuple[str, str], tuple[int, int]]]] = {}
 
     def __init__(self, name: str = "") -> None:
         self.name = name
         self._streams = self._registry.setdefault(name, {})
         self._claims = self._claim_registry.setdefault(name, {})
+        self._writers = self._writer_registry.setdefault(name, {})
 
     async def append(
         self,
@@ -385,16 +398,24 @@ class MemoryBackend(ChunkStreamBackend):
         *,
         owner: str | None = None,
         by_conversation: bool = False,
+        writer: str | None = None,
+        seq: int = 0,
     ) -> int:
         stream = self._streams.get(stream_id, [])
         if not events:
             return len(stream) - 1
+        if writer is not None:
+            seen = self._writers.get((stream_id, writer))
+            if seen is not None and seen[0] >= seq:
+                return seen[1]  # applied before: its answer was lost
         current = self._claims.get(stream_id)
         claim = claim_stream(stream_id, current, owner, by_conversation, len(stream))
         if claim is not None:
             self._claims[stream_id] = claim
         stream = self._streams.setdefault(stream_id, [])
         stream.extend(decode_batch(len(stream), encode_batch(events)))
+        if writer is not None:
+            self._writers[(stream_id, writer)] = (seq, len(stream) - 1)
         return len(stream) - 1
 
     async def read(
@@ -421,9 +442,34 @@ class MemoryBackend(ChunkStreamBackend):
     async def delete(self, stream_id: str) -> None:
         self._streams.pop(stream_id, None)
         self._claims.pop(stream_id, None)
+        for key in [k for k in self._writers if k[0] == stream_id]:
+            del self._writers[key]
 
 
 # --- the publisher -----------------------------------------------------------------------
+
+
+WRITE_TIMEOUT_S: Final = 60.0
+"""How long a publisher's boundary (``step_finish``, ``turn_finish``, ``flush``, ...) keeps
+retrying a stream it cannot write before it gives up with :class:`StreamUnavailable`."""
+
+RETRY_PAUSE_S: Final = (0.05, 2.0)
+"""A failed append is retried after the first pause, doubling up to the second."""
+
+
+class StreamUnavailable(Exception):
+    """The chunk stream could not be written within the publisher's ``write_timeout_s``.
+
+    The publisher gives up on the stream from then on: its buffered events are dropped
+    (counted in ``dropped``) and its boundaries raise this again at once."""
+
+    def __init__(self, stream_id: str, timeout_s: float, cause: BaseException | None) -> None:
+        super().__init__(
+            f"chunk stream {stream_id}: not writable within {timeout_s:g}s"
+            + (f" (last error: {cause!r})" if cause is not None else "")
+        )
+        self.stream_id = stream_id
+        self.timeout_s = timeout_s
 
 
 class ChunkPublisher:
@@ -437,10 +483,18 @@ class ChunkPublisher:
     ``reset``) and ``aclose`` flush before returning, so readers see them promptly and
     nothing is lost when the activity ends.
 
-    A failed background flush is logged and retried (the events stay buffered, in order);
-    ``flush``/``aclose`` raise the backend's error. ``owner`` and ``by_conversation`` (the
-    run that publishes) go with every append; once the backend refuses them
-    (StreamNotOwned) the publisher drops what it holds and every later call raises it.
+    Every batch is appended as ``(writer, seq)`` (see ``ChunkStreamBackend.append``), and a
+    failed append is retried with the same batch: an append whose answer was lost but that
+    the backend applied anyway is written once. ``writer`` is unique to this publisher by
+    default; two publishers that publish the same batches (the attempts of one activity
+    that publishes one boundary) may share one, and the stream then holds them once.
+
+    A failed background flush is logged and retried (the events stay buffered, in order).
+    A boundary retries for up to ``write_timeout_s`` (None: until it succeeds), then raises
+    :class:`StreamUnavailable`, and the publisher gives up on the stream.
+    ``owner`` and ``by_conversation`` (the run that publishes) go with every append; once
+    the backend refuses them (StreamNotOwned) the publisher drops what it holds and every
+    later call raises it.
     """
 
     def __init__(
@@ -454,9 +508,15 @@ class ChunkPublisher:
         max_batch: int = 256,
         owner: str | None = None,
         by_conversation: bool = False,
+        writer: str | None = None,
+        write_timeout_s: float | None = WRITE_TIMEOUT_S,
+        on_wait: Callable[[str], None] | None = None,
+        wait_beat_s: float = 1.0,
     ) -> None:
         if max_batch < 1 or flush_interval_s < 0:
             raise ValueError("max_batch must be >= 1 and flush_interval_s >= 0")
+        if write_timeout_s is not None and write_timeout_s <= 0:
+            raise ValueError("write_timeout_s must be > 0 (or None: no bound)")
         self.backend = backend
         self.stream_id = stream_id
         self.step = step
@@ -469,11 +529,25 @@ class ChunkPublisher:
         self.by_conversation = by_conversation
         self.refused: StreamNotOwned | None = None
         """Set once the backend refused an append: this run does not own the stream."""
+        self.writer = writer or uuid.uuid4().hex
+        self.write_timeout_s = write_timeout_s
+        self.on_wait = on_wait
+        """Called every ``wait_beat_s`` while a boundary waits for the backend (an activity's
+        heartbeat: a stream write that hangs is a live worker, not a dead one)."""
+        self.wait_beat_s = wait_beat_s
         self.last_offset = -1
         """The last offset this publisher wrote (-1 before its first flush)."""
         self.appends = 0
         """How many backend appends this publisher made."""
+        self.dropped = 0
+        """Events given up on: buffered or published after a :class:`StreamUnavailable`."""
         self._buf: list[tuple[str, Any, int | None, int | None]] = []
+        self._seq = 0
+        """The last batch number the backend confirmed (or that may have been applied)."""
+        self._inflight: tuple[int, int, list[dict[str, Any]]] | None = None
+        """The batch being appended (``seq``, how many buffered events, the wire events):
+        a failed append is retried with exactly it."""
+        self._failed: StreamUnavailable | None = None
         self._lock = asyncio.Lock()
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -498,10 +572,18 @@ class ChunkPublisher:
         """Events published but not yet appended."""
         return len(self._buf)
 
+    @property
+    def failed(self) -> StreamUnavailable | None:
+        """Why this publisher gave up on the stream (None: it has not)."""
+        return self._failed
+
     def publish(self, event_type: str, data: Any = None) -> None:
         """Buffer one event (a dict or a pydantic model, dumped at flush time)."""
         if self.refused is not None:
             raise self.refused
+        if self._failed is not None:
+            self.dropped += 1
+            return
         buf = self._buf
         buf.append((event_type, data, self.step, self.attempt))
         n = len(buf)
@@ -520,7 +602,7 @@ class ChunkPublisher:
         self._kick.set()
 
     async def _flusher(self) -> None:
-        while True:
+        while self._failed is None:
             if not self._buf:
                 self._kick.clear()
                 await self._kick.wait()  # set by the first event into an empty buffer
@@ -540,8 +622,56 @@ class ChunkPublisher:
                 await asyncio.sleep(max(self.flush_interval_s, 0.1))
 
     async def flush(self) -> int:
-        """Append everything buffered, in batches of at most ``max_batch``; the last offset."""
-        return await self._flush(drain=True)
+        """Append everything buffered, in batches of at most ``max_batch``; the last offset.
+
+        A failed append is retried (with a pause of ``RETRY_PAUSE_S``) for up to
+        ``write_timeout_s``; then :class:`StreamUnavailable`."""
+        if self._failed is not None:
+            raise self._failed
+        if self.on_wait is None:
+            return await self._flush_within_bound()
+        beats = asyncio.get_running_loop().create_task(self._beat())
+        try:
+            return await self._flush_within_bound()
+        finally:
+            beats.cancel()
+
+    async def _beat(self) -> None:
+        assert self.on_wait is not None
+        while True:
+            await asyncio.sleep(self.wait_beat_s)
+            self.on_wait(f"waiting for the chunk stream {self.stream_id}")
+
+    async def _flush_within_bound(self) -> int:
+        loop = asyncio.get_running_loop()
+        deadline = None if self.write_timeout_s is None else loop.time() + self.write_timeout_s
+        pause, error = RETRY_PAUSE_S[0], None
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline) as scope:
+                    return await self._flush(drain=True)
+            except StreamNotOwned:
+                raise  # not an outage: this run lost the stream
+            except Exception as e:  # a backend's own timeout too
+                if scope.expired():
+                    break
+                error = e
+            if deadline is not None and loop.time() + pause >= deadline:
+                break
+            log.warning("chunk stream %s: append failed, will retry: %r", self.stream_id, error)
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, RETRY_PAUSE_S[1])
+        assert self.write_timeout_s is not None
+        self._give_up(StreamUnavailable(self.stream_id, self.write_timeout_s, error))
+        assert self._failed is not None
+        raise self._failed
+
+    def _give_up(self, error: StreamUnavailable) -> None:
+        self._failed = error
+        self.dropped += len(self._buf)
+        self._buf.clear()
+        self._inflight = None
+        log.warning("%s; %d events dropped", error, self.dropped)
 
     async def _flush(self, drain: bool) -> int:
         """Append the buffer; without ``drain`` only what it held on entry.
@@ -556,20 +686,26 @@ class ChunkPublisher:
             buf = self._buf
             todo = len(buf)
             while buf and (drain or todo > 0):
-                n = min(len(buf) if drain else todo, self.max_batch)
-                events = [encode_event(*item) for item in buf[:n]]
+                if self._inflight is None:  # else: the batch whose append failed, again
+                    n = min(len(buf) if drain else todo, self.max_batch)
+                    self._inflight = (self._seq + 1, n, [encode_event(*i) for i in buf[:n]])
+                seq, n, events = self._inflight
                 try:
                     self.last_offset = await self.backend.append(
                         self.stream_id,
                         events,
                         owner=self.owner,
                         by_conversation=self.by_conversation,
+                        writer=self.writer,
+                        seq=seq,
                     )
                 except StreamNotOwned as e:
                     self.refused = e
+                    self._inflight = None
                     buf.clear()
                     raise
                 self.appends += 1
+                self._seq, self._inflight = seq, None
                 sent_chunk = any(item[0] == CHUNK for item in buf[:n])
                 del buf[:n]  # only now: a failed append keeps its events for the retry
                 todo -= n
@@ -592,6 +728,8 @@ class ChunkPublisher:
         """
         async with self._lock:
             self._buf.clear()
+            if self._inflight is not None:  # it may have been applied: its number is used
+                self._seq, self._inflight = self._inflight[0], None
         if attempt is not None:
             self.attempt = attempt
         return await self.boundary(RESET, {"reason": reason} if reason else None)
@@ -632,7 +770,8 @@ class ChunkPublisher:
         if self._closed:
             return
         try:
-            await self.flush()
+            if self._failed is None:
+                await self.flush()
         finally:
             self._closed = True
             if self._task is not None:

@@ -16,16 +16,28 @@ A stream's owner (``streams.base.StreamClaim``) is a hash beside it, ``<stream k
 (a turn's stream id ends in its number, so no stream's key is another's claim), checked and
 updated by the same Lua script that appends: the claim and the offsets move together. The
 hash has the stream's TTL.
+
+Appends are idempotent: the script keeps each writer's last batch number in another hash
+beside the stream, ``<stream key>:writers`` (same TTL), and skips a batch it has already
+appended, so an append whose answer was lost (a reset or blackholed link: Redis may run it
+late) is written once when retried. Every command is bounded (``SOCKET_TIMEOUT_S``); a
+follower retries a failed read from its offset.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from durable_turns.streams.base import (
     TURN_FINISH,
@@ -38,7 +50,16 @@ from durable_turns.streams.base import (
     visible_after,
 )
 
+log = logging.getLogger(__name__)
+
 APPEND_LUA = """
+if ARGV[7] ~= '' then
+    local seen = redis.call('HGET', KEYS[3], ARGV[7])
+    if seen then
+        local seq, last = string.match(seen, '^(%d+):(%-?%d+)$')
+        if tonumber(seq) >= tonumber(ARGV[8]) then return {1, tonumber(last)} end
+    end
+end
 local top = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
 local first = 0
 if top[1] then first = tonumber(string.match(top[1][1], '^(%d+)')) end
@@ -64,12 +85,31 @@ else
     redis.call('XADD', KEYS[1], id, 'e', ARGV[2])
 end
 if tonumber(ARGV[4]) > 0 then redis.call('EXPIRE', KEYS[1], ARGV[4]) end
+if ARGV[7] ~= '' then
+    redis.call('HSET', KEYS[3], ARGV[7], ARGV[8] .. ':' .. (first + n - 1))
+    if tonumber(ARGV[4]) > 0 then redis.call('EXPIRE', KEYS[3], ARGV[4]) end
+end
 return {1, first + n - 1}
 """
-"""KEYS: the stream, its claim. ARGV: event count, body, MAXLEN (0 = none), TTL seconds (0 =
-none), the appending owner ('' = unchecked), '1' when that owner is the conversation's run.
-Returns {1, last offset}, or {0, the owner} when the append is refused (the rule of
-``streams.base.claim_stream``)."""
+"""KEYS: the stream, its claim, its writers. ARGV: event count, body, MAXLEN (0 = none), TTL
+seconds (0 = none), the appending owner ('' = unchecked), '1' when that owner is the
+conversation's run, the writer ('' = none), the batch's seq. Returns {1, last offset}, or
+{0, the owner} when the append is refused (the rule of ``streams.base.claim_stream``). A
+writer's batch whose seq is not above the last one it appended is not appended again (its
+answer was lost, the append retried): {1, the last offset that writer got}."""
+
+SOCKET_TIMEOUT_S = 5.0
+"""How long one Redis command waits for its answer (and a connection for its connect)
+before it fails, plus ``block_ms`` (a blocking ``XREAD`` waits that long on the server);
+``socket_timeout``/``socket_connect_timeout`` in the URL override it (keep the former above
+``block_ms``)."""
+
+HEALTH_CHECK_S = 15
+"""A pooled connection idle this long is checked with a PING before its next command."""
+
+RETRIES = 2
+"""redis-py's own retries of a command whose connection failed or timed out (then the
+caller's: the publisher retries its appends, a follower its reads)."""
 
 PAGE = 256
 """Batches per XRANGE/XREAD round trip."""
@@ -118,8 +158,22 @@ class RedisStreamBackend(ChunkStreamBackend):
     def claim_key(self, stream_id: str) -> str:
         return f"{self.prefix}{stream_id}:owner"
 
+    def writers_key(self, stream_id: str) -> str:
+        return f"{self.prefix}{stream_id}:writers"
+
     async def open(self) -> None:
-        client = aioredis.Redis.from_url(self.url)
+        # Every command is bounded: a blackholed link fails it after SOCKET_TIMEOUT_S
+        # instead of hanging (redis-py < 6 waits forever by default). A blocking XREAD
+        # waits block_ms on the server first, so its bound is that much longer.
+        client = aioredis.Redis.from_url(
+            self.url,
+            socket_timeout=SOCKET_TIMEOUT_S + self.block_ms / 1000,
+            socket_connect_timeout=SOCKET_TIMEOUT_S,
+            socket_keepalive=True,
+            health_check_interval=HEALTH_CHECK_S,
+            retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), RETRIES),
+            retry_on_error=[RedisConnectionError, RedisTimeoutError],
+        )
         await client.ping()
         self._redis = client
         self._script = client.register_script(APPEND_LUA)
@@ -142,6 +196,8 @@ class RedisStreamBackend(ChunkStreamBackend):
         *,
         owner: str | None = None,
         by_conversation: bool = False,
+        writer: str | None = None,
+        seq: int = 0,
     ) -> int:
         if not events:
             return await self.last_offset(stream_id)
@@ -154,8 +210,10 @@ class RedisStreamBackend(ChunkStreamBackend):
             self.ttl_s,
             owner or "",
             "1" if by_conversation else "0",
+            writer or "",
+            seq,
         ]
-        keys = [self.key(stream_id), self.claim_key(stream_id)]
+        keys = [self.key(stream_id), self.claim_key(stream_id), self.writers_key(stream_id)]
         ok, value = await self._script(keys=keys, args=args)
         if not ok:
             raise StreamNotOwned(stream_id, _text(value))
@@ -198,10 +256,13 @@ class RedisStreamBackend(ChunkStreamBackend):
         return _ms(top[0][0]) - 1 if top else -1
 
     async def delete(self, stream_id: str) -> None:
-        await self.client.delete(self.key(stream_id), self.claim_key(stream_id))
+        await self.client.delete(*self._keys(stream_id))
+
+    def _keys(self, stream_id: str) -> tuple[str, str, str]:
+        return self.key(stream_id), self.claim_key(stream_id), self.writers_key(stream_id)
 
     async def expire(self, stream_id: str, ttl_s: float) -> None:
-        for key in (self.key(stream_id), self.claim_key(stream_id)):
+        for key in self._keys(stream_id):
             await self.client.expire(key, max(int(ttl_s), 1))
 
     async def follow(
@@ -219,10 +280,14 @@ class RedisStreamBackend(ChunkStreamBackend):
         ``poll_interval`` is unused: new batches wake the reader at once. Each blocked
         reader holds one pooled connection. The stream's claim is read after each batch of
         entries: a claim only moves on, so what it leaves visible is its owner's (or a later,
-        at least as entitled owner's); what it hides is skipped for good.
+        at least as entitled owner's); what it hides is skipped for good. A read that fails
+        (Redis unreachable, a reset or blackholed link) is retried from the same offset after
+        a pause (0.1 s, doubling to 2 s): the reader pauses and resumes where it was, with
+        no gap and no repeat, and ``idle_timeout`` counts the outage as idle time.
         """
         key, cursor = self.key(stream_id), after
         idle_since = time.monotonic()
+        pause = 0.1
         while True:
             block = self.block_ms
             if idle_timeout is not None:
@@ -230,11 +295,20 @@ class RedisStreamBackend(ChunkStreamBackend):
                 if remaining <= 0:
                     return
                 block = max(1, min(block, int(remaining * 1000)))
-            resp: Any = await self.client.xread({key: f"{cursor + 1}-0"}, count=PAGE, block=block)
-            for _key, entries in resp or []:
-                if not entries:
-                    continue
-                visible = visible_after(await self.claim(stream_id), cursor, by_conversation)
+            try:
+                resp: Any = await self.client.xread(
+                    {key: f"{cursor + 1}-0"}, count=PAGE, block=block
+                )
+                batches = [entries for _key, entries in resp or [] if entries]
+                claim = await self.claim(stream_id) if batches else None
+            except (RedisConnectionError, RedisTimeoutError) as e:
+                log.warning("chunk stream %s: read failed, will retry: %r", stream_id, e)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 2.0)
+                continue
+            pause = 0.1
+            for entries in batches:
+                visible = visible_after(claim, cursor, by_conversation)
                 for entry_id, fields in entries:
                     for ev in _events(entry_id, fields, cursor):
                         cursor = ev.offset

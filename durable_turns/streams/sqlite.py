@@ -51,7 +51,15 @@ CREATE TABLE IF NOT EXISTS chunk_claims (
     since INTEGER NOT NULL,
     claimed_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS chunk_writers (
+    stream_id TEXT NOT NULL,
+    writer TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    last_offset INTEGER NOT NULL,
+    PRIMARY KEY (stream_id, writer)
+);
 """
+"""``chunk_writers``: each writer's last batch number per stream (idempotent appends)."""
 
 
 class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
@@ -82,12 +90,21 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         *,
         owner: str | None = None,
         by_conversation: bool = False,
+        writer: str | None = None,
+        seq: int = 0,
     ) -> int:
         if not events:
             return await self.last_offset(stream_id)
         body, n = encode_batch(events), len(events)
 
         def append(conn: sqlite3.Connection) -> int:
+            if writer is not None:
+                seen = conn.execute(
+                    "SELECT seq, last_offset FROM chunk_writers WHERE stream_id = ? AND writer = ?",
+                    (stream_id, writer),
+                ).fetchone()
+                if seen is not None and seen[0] >= seq:
+                    return int(seen[1])  # applied before: its answer was lost
             row = conn.execute(
                 "SELECT last_offset FROM chunk_batches WHERE stream_id = ?"
                 " ORDER BY first_offset DESC LIMIT 1",
@@ -115,6 +132,12 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
                 " VALUES (?, ?, ?, ?, ?)",
                 (stream_id, first, first + n - 1, body, time.time()),
             )
+            if writer is not None:
+                conn.execute(
+                    "INSERT OR REPLACE INTO chunk_writers (stream_id, writer, seq, last_offset)"
+                    " VALUES (?, ?, ?, ?)",
+                    (stream_id, writer, seq, first + n - 1),
+                )
             return int(first + n - 1)
 
         # a write transaction holds the file's write lock: no other process allocates now
@@ -169,6 +192,7 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
     async def delete(self, stream_id: str) -> None:
         def delete(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM chunk_batches WHERE stream_id = ?", (stream_id,))
+            conn.execute("DELETE FROM chunk_writers WHERE stream_id = ?", (stream_id,))
             conn.execute("DELETE FROM chunk_claims WHERE stream_id = ?", (stream_id,))
 
         await self._transaction(delete, write=True)
@@ -193,6 +217,10 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
             "DELETE FROM chunk_claims WHERE claimed_at < ? AND stream_id NOT IN"
             " (SELECT stream_id FROM chunk_batches)",
             (cutoff,),
+        )
+        conn.execute(
+            "DELETE FROM chunk_writers WHERE stream_id NOT IN"
+            " (SELECT DISTINCT stream_id FROM chunk_batches)"
         )
         return cur.rowcount
 
