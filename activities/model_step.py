@@ -1,4 +1,5 @@
-"""``model_step``: one model call, on_step_finish(prev) → before_step → stream → persist.
+"""``model_step``: one model call, on_step_finish(prev) → before_step → stream →
+repair_tool_call (for calls that do not validate) → persist.
 
 A step whose output is already stored (a retried attempt) is returned without asking the
 model again. The stream is transformed, observed by ``on_chunk``, published to the live
@@ -8,6 +9,7 @@ chunk stream and watched for stalls (``activities.streaming``).
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import AsyncIterator, Callable
 
 from temporalio import activity
@@ -24,6 +26,7 @@ from durable_turns.activities.errors import (
 )
 from durable_turns.activities.heartbeats import cancelled_by_user, keep_alive
 from durable_turns.activities.streaming import StepSnapshot, StreamStalled, consume
+from durable_turns.activities.tool_calls import call_problem, clean_text
 from durable_turns.contract import MODEL_STEP, ModelStepInput, StepSummary, ToolCallRef, TurnRef
 from durable_turns.hooks.types import (
     SAMPLING,
@@ -31,6 +34,7 @@ from durable_turns.hooks.types import (
     ChatErrorContext,
     PrepareStepContext,
     StepConfig,
+    ToolCallRepairContext,
     TurnConfig,
 )
 from durable_turns.messages import (
@@ -44,7 +48,7 @@ from durable_turns.messages import (
     copied,
 )
 from durable_turns.models import ModelProvider, ModelRequest, ProviderError
-from durable_turns.store import StepRecord
+from durable_turns.store import StepRecord, ToolCallRepair, TurnRecord
 from durable_turns.streams import ChunkPublisher
 from durable_turns.tools import ToolRegistry
 from durable_turns.transforms import UnknownTransform, apply_transforms, resolve_transforms
@@ -132,6 +136,9 @@ class ModelStepActivities:
             record.experimental_context = (
                 step_config.experimental_context if step_config.sets_context else inherited
             )
+            if self.deps.lifecycle.overrides("repair_tool_call") and record.parts:
+                async with keep_alive(self.deps.stream_beat_every):
+                    record.repairs = await self._repair(record, request, turn, inp.step)
             # A store outage here is waited out (PatientStore): the model is not asked again.
             saved = await self.deps.store.save_step(turn.turn_id, record, owner=turn.owner)
             summary = _summary(saved, self.deps.tools)
@@ -140,6 +147,57 @@ class ModelStepActivities:
                     {"finish_reason": summary.finish_reason, "usage": summary.usage.model_dump()}
                 )
             return summary
+
+    async def _repair(
+        self, record: StepRecord, request: ModelRequest, turn: TurnRecord, step: int
+    ) -> dict[str, ToolCallRepair]:
+        """Ask ``repair_tool_call`` about each call of the step that does not validate, once,
+        and put the repaired call in the step's place: what is stored (and so what the
+        transcript and the next step show) is the repaired call, under the model's call id."""
+        available = {t.name for t in request.tools}
+        repairs: dict[str, ToolCallRepair] = {}
+        for i, part in enumerate(record.parts):
+            if not isinstance(part, ToolCallPart):
+                continue
+            found = call_problem(self.deps.tools, available, part.tool_name, part.input)
+            if found is None:
+                continue
+            problem, error = found
+            repair = ToolCallRepair(
+                tool_name=part.tool_name, input=part.input, problem=problem, error=error
+            )
+            ctx = ToolCallRepairContext(
+                tool_call_id=part.tool_call_id,
+                tool_name=part.tool_name,
+                input=copy.deepcopy(part.input),
+                problem=problem,
+                error=error,
+                tools=list(request.tools),
+                step_number=step,
+                messages=copied(request.messages),
+                system=request.system,
+                request_id=turn.request_id,
+                conversation_id=turn.conversation_id,
+                turn_number=turn.turn_number,
+                body=turn.body,
+            )
+            try:
+                fixed = await self.deps.lifecycle.repair_tool_call(ctx)
+                if fixed is not None:
+                    record.parts[i] = ToolCallPart(  # validated: a JSON input only
+                        tool_call_id=part.tool_call_id,
+                        tool_name=fixed.tool_name or part.tool_name,
+                        input=part.input if fixed.input is None else fixed.input,
+                        provider_metadata=part.provider_metadata,
+                    )
+                    repair.repaired = True
+            except Exception as e:
+                activity.logger.warning(
+                    "repair_tool_call raised for tool %s", part.tool_name, exc_info=e
+                )
+                repair.hook_error = clean_text(f"repair_tool_call raised {type(e).__name__}: {e}")
+            repairs[part.tool_call_id] = repair
+        return repairs
 
     async def _request(
         self,

@@ -50,7 +50,9 @@ class ToolCallActivities:
         available = {
             s.name for s in self.deps.tool_specs(config, step.active_tools, model=step.model)
         }
+        repair = step.repairs.get(call.tool_call_id)
         ctx = await self._tool_call_context(turn, steps, inp.step, call)
+        ctx.repaired = repair is not None and repair.repaired
         on_chunk = self.deps.lifecycle.chunk_handler(inp.step, ref.request_id, turn=ref)
         started = time.monotonic()
         async with keep_alive(self.deps.beat_every):
@@ -62,6 +64,7 @@ class ToolCallActivities:
                 available,
                 _preliminaries(on_chunk, call),
                 inp.resolution,
+                repair,
             )
             if run.pending:  # recorded nowhere: the turn waits for the client, then asks again
                 async with self.deps.publisher(ref.turn_id, inp.step) as publisher:
@@ -107,6 +110,7 @@ class ToolCallActivities:
                     conversation_id=turn.conversation_id,
                     turn_number=turn.turn_number,
                     body=turn.body,
+                    repaired=ctx.repaired,
                 )
             )
         record = ToolResultRecord(

@@ -261,6 +261,22 @@ class ToolCallDecision(_Config):
         return cls(action="substitute", output=output)
 
 
+class RepairedToolCall(_Config):
+    """``repair_tool_call``'s return: the call to make instead (its id stays the model's).
+
+    ``tool_name`` None keeps the model's name; ``input`` None keeps the model's input. The
+    repaired call is validated like any call: one that still fails goes back to the model as
+    a tool error (there is no second repair).
+    """
+
+    tool_name: str | None = None
+    input: Any = None
+    """The tool's arguments as a JSON value (an object for every registered tool)."""
+
+
+ToolCallProblem = Literal["unknown_tool", "invalid_json", "invalid_input"]
+
+
 def has_tool_call(tool_name: str) -> StopCondition:
     """Stop the loop after a step that called ``tool_name``."""
     return StopCondition(kind="has_tool_call", tool_name=tool_name)
@@ -365,7 +381,8 @@ class ToolCallContext:
     tool_call_id: str
     tool_name: str
     input: Any
-    """The arguments the model emitted (already validated against the tool's input)."""
+    """The arguments the model emitted (already validated against the tool's input), or
+    the repaired call's (``repaired``)."""
     step_number: int
     messages: list[Message]
     """The conversation as the model saw it when it made this call."""
@@ -374,6 +391,36 @@ class ToolCallContext:
     provider_metadata: dict[str, Any] | None = None
     is_cancelled: Callable[[], bool] = lambda: False
     """True once the turn has been cancelled."""
+    request_id: str = ""
+    conversation_id: str = ""
+    turn_number: int = 0
+    body: dict[str, Any] = field(default_factory=dict)
+    repaired: bool = False
+    """The model's call did not validate and ``repair_tool_call`` fixed it: ``tool_name``
+    and ``input`` are the repaired call's."""
+
+
+@dataclass
+class ToolCallRepairContext:
+    """``repair_tool_call``'s argument: a call of the model that does not validate."""
+
+    tool_call_id: str
+    tool_name: str
+    """The name the model called (for ``"unknown_tool"``, one it was not offered)."""
+    input: Any
+    """What the model emitted: its parsed arguments, or the raw text when it was not JSON."""
+    problem: ToolCallProblem
+    """``"unknown_tool"`` (not offered in this step, or no such tool), ``"invalid_json"``
+    (the arguments are not JSON) or ``"invalid_input"`` (they fail the tool's input model)."""
+    error: str
+    """The validation error, as the model would see it without a repair."""
+    tools: list[ToolSpec]
+    """The tools this step offered, with their input schemas."""
+    step_number: int
+    messages: list[Message]
+    """What the step sent to the model (before its own output)."""
+    system: str = ""
+    """The system prompt the step sent."""
     request_id: str = ""
     conversation_id: str = ""
     turn_number: int = 0
@@ -387,7 +434,8 @@ class ToolCallResultContext:
     tool_call_id: str
     tool_name: str
     input: Any
-    """What the model emitted (not a substituted input)."""
+    """What the model emitted (not a substituted input; the repaired call's when
+    ``repaired``)."""
     step_number: int
     messages: list[Message]
     duration_ms: float
@@ -410,6 +458,9 @@ class ToolCallResultContext:
     conversation_id: str = ""
     turn_number: int = 0
     body: dict[str, Any] = field(default_factory=dict)
+    repaired: bool = False
+    """``repair_tool_call`` fixed the model's call: ``tool_name`` and ``input`` are the
+    repaired call's (what the transcript records)."""
 
 
 @dataclass

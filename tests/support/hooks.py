@@ -9,6 +9,8 @@ request's body, so one class serves every test:
 * ``step_configs``: ``{"<step>": StepConfig as JSON}`` for ``before_step``;
 * ``mutate_messages``: ``before_step`` appends a text part to each of its messages in place;
 * ``tool_decisions``: ``{"<tool>": ToolCallDecision as JSON, or "raise"}``;
+* ``repairs``: ``{"<tool the model called>": RepairedToolCall as JSON, or "raise"}`` for
+  ``repair_tool_call`` (a name not listed: no repair);
 * ``follow_up``: ``{"text": ..., "model": ...}``: ``on_chat_response`` submits it as a new
   request to the same conversation (through a Temporal client, as an app would).
 
@@ -36,6 +38,7 @@ from durable_turns.hooks import (
     Session,
     StepContext,
     ToolCallContext,
+    ToolCallRepairContext,
     ToolCallResultContext,
     TurnContext,
     TurnHooks,
@@ -110,15 +113,36 @@ class RecordingHooks(TurnHooks):
             input=ctx.input,
             step=ctx.step_number,
             message_count=len(ctx.messages),
+            repaired=ctx.repaired,
         )
         decision = (ctx.body.get("tool_decisions") or {}).get(ctx.tool_name)
         if decision == "raise":
             raise PermissionError("no tools today")
         return decision
 
+    async def repair_tool_call(self, ctx: ToolCallRepairContext) -> Any:
+        record(
+            "repair_tool_call",
+            id=ctx.tool_call_id,
+            tool=ctx.tool_name,
+            input=ctx.input,
+            problem=ctx.problem,
+            error=ctx.error,
+            tools=sorted(t.name for t in ctx.tools),
+            step=ctx.step_number,
+            message_count=len(ctx.messages),
+            system=ctx.system,
+            request_id=ctx.request_id,
+        )
+        repair = (ctx.body.get("repairs") or {}).get(ctx.tool_name)
+        if repair == "raise":
+            raise LookupError("no repairs today")
+        return repair
+
     async def after_tool_call(self, ctx: ToolCallResultContext) -> None:
         record(
             "after_tool_call",
+            repaired=ctx.repaired,
             id=ctx.tool_call_id,
             tool=ctx.tool_name,
             input=ctx.input,
