@@ -181,6 +181,7 @@ class Lifecycle:
         send_reasoning: bool = True,
         *,
         turn: TurnRef | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> OnChunk | None:
         """The per-chunk observer of a step, or None when nobody listens (the hot path).
 
@@ -195,12 +196,15 @@ class Lifecycle:
         conversation_id = turn.conversation_id if turn else ""
         turn_number = turn.turn_number if turn else 0
         attempt = activity.info().attempt if activity.in_activity() else 1
+        shown = metadata if metadata is not None else {}
 
         async def observe(chunk: StreamPart) -> None:
             if chunk.type not in types:
                 return
             if hook:
-                ctx = ChunkContext(chunk, step, request_id, conversation_id, turn_number, attempt)
+                ctx = ChunkContext(
+                    chunk, step, request_id, conversation_id, turn_number, attempt, shown
+                )
                 try:
                     await call_hook(on_chunk(ctx))
                 except Exception as e:

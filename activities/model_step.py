@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -94,6 +95,7 @@ class ModelStepActivities:
                     conversation_id=turn.conversation_id,
                     turn_number=turn.turn_number,
                     body=turn.body,
+                    metadata=turn.metadata,
                 )
             )  # a StepConfig() when before_step is not overridden
             model = step_config.model or inp.model
@@ -108,7 +110,9 @@ class ModelStepActivities:
                 publisher.open_step(inp.step, {"model": model})
             partial = StepSnapshot()
             try:
-                snapshot = await self._stream(provider, request, config, inp, publisher, partial)
+                snapshot = await self._stream(
+                    provider, request, config, inp, publisher, partial, turn.metadata
+                )
             except ApplicationError as e:
                 if partial.parts and _is_final(e):
                     # The turn fails with this error: what the last attempt streamed is kept
@@ -180,6 +184,7 @@ class ModelStepActivities:
                 conversation_id=turn.conversation_id,
                 turn_number=turn.turn_number,
                 body=turn.body,
+                metadata=turn.metadata,
             )
             try:
                 fixed = await self.deps.lifecycle.repair_tool_call(ctx)
@@ -233,6 +238,7 @@ class ModelStepActivities:
         inp: ModelStepInput,
         publisher: ChunkPublisher | None,
         snapshot: StepSnapshot,
+        metadata: dict[str, Any],
     ) -> StepSnapshot | StepSummary:
         """The step's stream, transformed, observed and published; a summary for a context
         overflow. With ``send_reasoning`` off, reasoning reaches neither the hooks nor the
@@ -245,7 +251,7 @@ class ModelStepActivities:
                 raise ApplicationError(str(e), type=INVALID_REQUEST, non_retryable=True) from e
         sends_reasoning = config.send_reasoning is not False
         on_chunk = self.deps.lifecycle.chunk_handler(
-            inp.step, inp.turn.request_id, sends_reasoning, turn=inp.turn
+            inp.step, inp.turn.request_id, sends_reasoning, turn=inp.turn, metadata=metadata
         )
         sink = None if publisher is None else _client_sink(publisher, sends_reasoning)
         try:
@@ -261,11 +267,13 @@ class ModelStepActivities:
         except StreamStalled as e:
             raise ApplicationError(str(e), type=STREAM_STALLED) from e
         except ProviderError as e:
-            if await self._is_overflow(e, inp.turn):
+            if await self._is_overflow(e, inp.turn, metadata):
                 return StepSummary(step=inp.step, outcome="context_overflow", error=str(e))
             raise provider_failure(e) from e
 
-    async def _is_overflow(self, error: ProviderError, ref: TurnRef) -> bool:
+    async def _is_overflow(
+        self, error: ProviderError, ref: TurnRef, metadata: dict[str, Any]
+    ) -> bool:
         """Whether a failed step is a context overflow the workflow should recover from."""
         if error.kind == "transient" or not self.deps.hooks.context_overflow.reactive:
             return False
@@ -275,6 +283,7 @@ class ModelStepActivities:
             messages_persisted=True,
             conversation_id=ref.conversation_id,
             turn_number=ref.turn_number,
+            metadata=metadata,
         )
         return await self.deps.lifecycle.classify(error, ctx) == "context_overflow"
 

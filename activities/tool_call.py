@@ -53,7 +53,9 @@ class ToolCallActivities:
         repair = step.repairs.get(call.tool_call_id)
         ctx = await self._tool_call_context(turn, steps, inp.step, call)
         ctx.repaired = repair is not None and repair.repaired
-        on_chunk = self.deps.lifecycle.chunk_handler(inp.step, ref.request_id, turn=ref)
+        on_chunk = self.deps.lifecycle.chunk_handler(
+            inp.step, ref.request_id, turn=ref, metadata=turn.metadata
+        )
         started = time.monotonic()
         async with keep_alive(self.deps.beat_every):
             run = await run_tool_call(
@@ -111,6 +113,7 @@ class ToolCallActivities:
                     turn_number=turn.turn_number,
                     body=turn.body,
                     repaired=ctx.repaired,
+                    metadata=turn.metadata,
                 )
             )
         record = ToolResultRecord(
@@ -158,6 +161,7 @@ class ToolCallActivities:
             conversation_id=turn.conversation_id,
             turn_number=turn.turn_number,
             body=turn.body,
+            metadata=turn.metadata,
         )
 
     def _tool_context(self, turn: TurnRecord, inp: ToolCallInput, step: StepRecord) -> ToolContext:

@@ -312,6 +312,9 @@ class TurnContext:
     turn_number: int
     is_cancelled: Callable[[], bool] = lambda: False
     """True once the turn has been cancelled (``cancelChat``)."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
 
 
 @dataclass
@@ -344,6 +347,9 @@ class StepResult:
     conversation_id: str = ""
     turn_number: int = 0
     request_id: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
 
     @property
     def reasoning_text(self) -> str | None:
@@ -372,6 +378,9 @@ class PrepareStepContext:
     turn_number: int = 0
     body: dict[str, Any] = field(default_factory=dict)
     """The request's custom body (as ``TurnContext.body``)."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
 
 
 @dataclass
@@ -398,6 +407,9 @@ class ToolCallContext:
     repaired: bool = False
     """The model's call did not validate and ``repair_tool_call`` fixed it: ``tool_name``
     and ``input`` are the repaired call's."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
 
 
 @dataclass
@@ -425,6 +437,9 @@ class ToolCallRepairContext:
     conversation_id: str = ""
     turn_number: int = 0
     body: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
 
 
 @dataclass
@@ -461,6 +476,9 @@ class ToolCallResultContext:
     repaired: bool = False
     """``repair_tool_call`` fixed the model's call: ``tool_name`` and ``input`` are the
     repaired call's (what the transcript records)."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
 
 
 @dataclass
@@ -482,6 +500,9 @@ class ChunkContext:
     first. A chunk with a higher attempt than you have seen for ``step_number`` means the
     step is being retried (the live stream's ``reset``): drop what you accumulated from its
     earlier attempts, they are discarded."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
 
 
 @dataclass
@@ -498,6 +519,9 @@ class ChatResponseResult:
     conversation_id: str = ""
     turn_number: int = 0
     body: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
 
 
 @dataclass
@@ -514,6 +538,9 @@ class ChatErrorContext:
     """``"context_overflow"`` when an overflow could not be recovered."""
     conversation_id: str = ""
     turn_number: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
 
 
 @dataclass

@@ -21,7 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import temporal_binary
 from tests.support.harness import Harness
-from tests.test_replay import HISTORIES, record
+from tests.test_replay import HISTORIES, REPLAY_WORKER, record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,7 +59,7 @@ async def main(name: str) -> None:
         harness = Harness(
             env.client, env.client.service_client.config.target_host, Path(tempfile.mkdtemp())
         )
-        harness.start_worker()
+        harness.start_worker(**REPLAY_WORKER)
         for history in await record(harness, name):
             path = HISTORIES / f"{history.workflow_id.replace('/', '__')}.json"
             path.write_text(json.dumps(_portable(history.to_json_dict())))

@@ -18,6 +18,7 @@ from temporalio.worker import Replayer
 from durable_turns.runtime import WORKFLOWS
 from durable_turns.sandbox import sandbox_runner
 from tests.support.harness import Harness
+from tests.support.hooks import HOOK_TOOLS
 
 HISTORIES = Path(__file__).parent / "histories"
 
@@ -28,6 +29,11 @@ def replayer() -> Replayer:
         data_converter=pydantic_data_converter,
         workflow_runner=sandbox_runner(w.__module__ for w in WORKFLOWS),
     )
+
+
+REPLAY_WORKER = {"TURNS_HOOKS": "tests.support.hooks:RecordingHooks", "TURNS_TOOLS": HOOK_TOOLS}
+"""The worker that records (and freshly replays) the histories: the test hooks, so a turn
+can repair a tool call."""
 
 
 async def record(harness: Harness, conversation: str) -> list[WorkflowHistory]:
@@ -58,6 +64,23 @@ async def record(harness: Harness, conversation: str) -> list[WorkflowHistory]:
     # a regeneration of the last reply, and one naming no message (a typed error)
     await harness.turns.regenerate(conversation)
     await harness.turns.regenerate(conversation, f"{conversation}/turn-99/assistant")
+    # a repaired tool call (repair_tool_call, in its model step) and per-turn metadata,
+    # carried by a continuation (REPLAY_WORKER's hooks repair what the body asks)
+    repaired = [
+        {"tool_calls": [{"name": "ad", "input": {"a": 1, "b": "two"}, "id": "call_r"}]},
+        {"text": "sum: {tool_result}"},
+    ]
+    meta = {"user": "u-1", "trace": ["t", 1]}
+    result = await harness.send(
+        conversation,
+        "repair",
+        model=harness.script(repaired),
+        body={"repairs": {"ad": {"tool_name": "add", "input": {"a": 1, "b": 2}}}},
+        metadata=meta,
+    )
+    assert result.text == "sum: 3" and result.metadata == meta, result
+    request = await harness.turns.continue_last_turn(conversation)
+    assert (await harness.turns.wait(conversation, request)).metadata == meta
     histories = [await harness.client.get_workflow_handle(conversation).fetch_history()]
     turns = (await harness.turns.state(conversation)).turn_count
     for n in range(1, turns + 1):
@@ -68,7 +91,7 @@ async def record(harness: Harness, conversation: str) -> list[WorkflowHistory]:
 
 
 async def test_fresh_histories_replay(harness: Harness) -> None:
-    harness.start_worker()
+    harness.start_worker(**REPLAY_WORKER)
     histories = await record(harness, harness.conv("replay"))
     for history in histories:
         await replayer().replay_workflow(history)

@@ -43,6 +43,9 @@ class TurnRecord(BaseModel):
     """The owner was started by the turn's own conversation (not directly by a client)."""
     regenerates: str | None = None
     """A regenerating turn: the first message of the reply it superseded."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """The request's metadata (``SubmitMessages.metadata``, bounded by
+    ``MAX_METADATA_BYTES``): every hook context and the turn's result carry it."""
 
 
 class StoreUnavailable(Exception):

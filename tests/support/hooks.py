@@ -72,6 +72,7 @@ class RecordingHooks(TurnHooks):
     async def before_turn(self, ctx: TurnContext) -> Any:
         record(
             "before_turn",
+            metadata=ctx.metadata,
             request_id=ctx.request_id,
             continuation=ctx.continuation,
             turn_number=ctx.turn_number,
@@ -92,6 +93,7 @@ class RecordingHooks(TurnHooks):
     def before_step(self, ctx: PrepareStepContext) -> Any:  # sync on purpose
         record(
             "before_step",
+            metadata=ctx.metadata,
             step=ctx.step_number,
             model=ctx.model,
             steps=[s.step_number for s in ctx.steps],
@@ -108,6 +110,7 @@ class RecordingHooks(TurnHooks):
     async def before_tool_call(self, ctx: ToolCallContext) -> Any:
         record(
             "before_tool_call",
+            metadata=ctx.metadata,
             id=ctx.tool_call_id,
             tool=ctx.tool_name,
             input=ctx.input,
@@ -123,6 +126,7 @@ class RecordingHooks(TurnHooks):
     async def repair_tool_call(self, ctx: ToolCallRepairContext) -> Any:
         record(
             "repair_tool_call",
+            metadata=ctx.metadata,
             id=ctx.tool_call_id,
             tool=ctx.tool_name,
             input=ctx.input,
@@ -142,6 +146,7 @@ class RecordingHooks(TurnHooks):
     async def after_tool_call(self, ctx: ToolCallResultContext) -> None:
         record(
             "after_tool_call",
+            metadata=ctx.metadata,
             repaired=ctx.repaired,
             id=ctx.tool_call_id,
             tool=ctx.tool_name,
@@ -157,6 +162,7 @@ class RecordingHooks(TurnHooks):
     async def on_step_finish(self, ctx: StepContext) -> None:
         record(
             "on_step_finish",
+            metadata=ctx.metadata,
             step=ctx.step_number,
             text=ctx.text,
             reasoning=ctx.reasoning_text,
@@ -173,6 +179,7 @@ class RecordingHooks(TurnHooks):
         chunk = ctx.chunk
         record(
             "on_chunk",
+            metadata=ctx.metadata,
             type=chunk.type,
             step=ctx.step_number,
             id=getattr(chunk, "tool_call_id", None),
@@ -184,6 +191,7 @@ class RecordingHooks(TurnHooks):
     async def on_chat_response(self, result: ChatResponseResult) -> None:
         record(
             "on_chat_response",
+            metadata=result.metadata,
             request_id=result.request_id,
             continuation=result.continuation,
             status=result.status,
@@ -199,6 +207,7 @@ class RecordingHooks(TurnHooks):
     async def on_chat_error(self, error: Exception, ctx: ChatErrorContext) -> Exception:
         record(
             "on_chat_error",
+            metadata=ctx.metadata,
             error=str(error),
             type=getattr(error, "type", None),
             stage=ctx.stage,
@@ -209,7 +218,7 @@ class RecordingHooks(TurnHooks):
         return RuntimeError(f"Sorry, that failed ({ctx.stage}): {error}")
 
     async def classify_chat_error(self, error: Exception | str, ctx: ChatErrorContext) -> Any:
-        record("classify_chat_error", error=str(error), stage=ctx.stage)
+        record("classify_chat_error", error=str(error), stage=ctx.stage, metadata=ctx.metadata)
         return default_context_overflow_classifier(error)
 
 
