@@ -8,9 +8,11 @@ to workflow code that breaks them would break turns in flight, so guard it with
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
@@ -80,14 +82,29 @@ async def record(harness: Harness, conversation: str) -> list[WorkflowHistory]:
     )
     assert result.text == "sum: 3" and result.metadata == meta, result
     request = await harness.turns.continue_last_turn(conversation)
-    assert (await harness.turns.wait(conversation, request)).metadata == meta
-    histories = [await harness.client.get_workflow_handle(conversation).fetch_history()]
-    turns = (await harness.turns.state(conversation)).turn_count
-    for n in range(1, turns + 1):
+    last = await harness.turns.wait(conversation, request)
+    assert last.continuation and last.metadata == meta
+    histories = [await settled_history(harness, conversation)]
+    for n in range(1, last.turn_number + 1):
         histories.append(
             await harness.client.get_workflow_handle(f"{conversation}/turn-{n}").fetch_history()
         )
     return histories
+
+
+async def settled_history(harness: Harness, workflow_id: str) -> WorkflowHistory:
+    """The workflow's history once its current run has completed a workflow task: a
+    conversation that has just continued as new has a run of one event, which the replayer
+    waits on forever."""
+    handle = harness.client.get_workflow_handle(workflow_id)
+    for _ in range(200):
+        history = await handle.fetch_history()
+        if any(
+            e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in history.events
+        ):
+            return history
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{workflow_id} completed no workflow task within 10 s")
 
 
 async def test_fresh_histories_replay(harness: Harness) -> None:
