@@ -21,7 +21,7 @@ from durable_turns.contract import (
     TurnResult,
     metadata_problem,
 )
-from tests.support.harness import Harness
+from tests.support.harness import ROOT, Harness
 from tests.support.hooks import calls, start_worker, wait_for_hook
 
 META = {"user": "u-1", "trace": {"id": "t-9", "tags": ["a", "b"]}, "n": 3}
@@ -206,3 +206,23 @@ def test_the_rules() -> None:
     assert "lone surrogate" in (metadata_problem({"s": "\ud800"}) or "")
     assert "keys must be strings" in (metadata_problem({1: 2}) or "")
     assert "JSON object" in (metadata_problem([1]) or "")
+
+
+async def test_the_turns_command_sends_it(harness: Harness, tmp_path: Any) -> None:
+    from tests.test_newcomer import turns
+
+    harness.start_worker()
+    conversation = harness.conv("meta-cli")
+    # this checkout's code, and the workers' chunk stream (the reply is printed live)
+    env = {"PYTHONPATH": str(ROOT), "TURNS_DATA_DIR": harness.env()["TURNS_DATA_DIR"]}
+    meta = ("--metadata", '{"user": "u-42"}')
+    out = await asyncio.to_thread(
+        turns, harness, tmp_path, "chat", conversation, "hi", *meta, **env
+    )
+    assert out.returncode == 0, out.stderr
+    state = await harness.turns.state(conversation)
+    assert state.last_result is not None and state.last_result.metadata == {"user": "u-42"}
+    out = await asyncio.to_thread(turns, harness, tmp_path, "regenerate", conversation, **env)
+    assert out.returncode == 0, out.stderr
+    state = await harness.turns.state(conversation)
+    assert state.last_result is not None and state.last_result.metadata == {"user": "u-42"}
