@@ -11,6 +11,7 @@ import base64
 import json
 import re
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,7 @@ def _portable(value: Any, key: str = "") -> Any:
 
 def _strip_paths(text: str) -> str:
     text = text.replace(f"{ROOT}/", "")
+    text = text.replace(f"{sysconfig.get_paths()['stdlib']}/", "python/")  # stack traces
     return re.sub(r"/tmp/tmp\w+/", "scripts/", text)
 
 
