@@ -3,6 +3,8 @@ superseded), ask ``before_turn``, record the turn's plan."""
 
 from __future__ import annotations
 
+import copy
+
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -36,6 +38,7 @@ class BeginActivities:
                 request_id=ref.request_id,
                 continuation=inp.continuation,
                 body=inp.body,
+                metadata=inp.metadata,
                 run=inp.attempt,
                 owner=ref.owner,
                 by_conversation=ref.by_conversation,
@@ -107,6 +110,7 @@ class BeginActivities:
             conversation_id=turn.conversation_id,
             turn_number=turn.turn_number,
             is_cancelled=activity.is_cancelled,
+            metadata=copy.deepcopy(turn.metadata),  # the record is saved after the hook
         )
 
     async def _check(self, config: TurnConfig, model: str) -> None:

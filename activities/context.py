@@ -150,6 +150,7 @@ def step_result(
         conversation_id=turn.conversation_id if turn else "",
         turn_number=turn.turn_number if turn else 0,
         request_id=turn.request_id if turn else "",
+        metadata=turn.metadata if turn else {},
         step_number=step.step,
         text="".join(p.text for p in step.parts if isinstance(p, TextPart)),
         reasoning=[p for p in step.parts if isinstance(p, ReasoningPart)],

@@ -7,6 +7,7 @@ what the caller sees; chat_response calls on_chat_response after the turn lock i
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from temporalio import activity
@@ -102,6 +103,7 @@ class FinishActivities:
             classification=error.classification,  # type: ignore[arg-type]
             conversation_id=turn.conversation_id,
             turn_number=turn.turn_number,
+            metadata=copy.deepcopy(turn.metadata),
         )
         async with keep_alive(self.deps.beat_every):
             shown = await self.deps.lifecycle.on_chat_error(_TurnError(error), ctx)
@@ -176,6 +178,7 @@ class FinishActivities:
             continuation=turn.continuation,
             error=error,
             respond=self.deps.lifecycle.overrides("on_chat_response"),
+            metadata=turn.metadata,
             **pricing.turn_accounting([(s.model, s.usage) for s in steps]),
         )
 
@@ -197,6 +200,7 @@ class FinishActivities:
             conversation_id=result.conversation_id,
             turn_number=result.turn_number,
             body=turn.body if turn else {},
+            metadata=result.metadata,
         )
         async with keep_alive(self.deps.beat_every):
             await self.deps.lifecycle.on_chat_response(response)

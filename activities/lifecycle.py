@@ -5,7 +5,8 @@ override and no extension subscribes to costs nothing, which matters for ``on_ch
 how its return is validated, and what its failure means:
 
 * ``before_turn``/``before_step``/``on_step_finish`` raising fails the turn (``HookError``);
-* ``before_tool_call`` raising becomes a tool error (the caller handles it);
+* ``before_tool_call`` and ``repair_tool_call`` raising become a tool error (the caller
+  handles it);
 * ``after_tool_call``/``on_chunk``/``on_chat_response`` raising is logged and ignored;
 * ``on_chat_error``/``classify_chat_error`` raising falls back to the default behaviour;
 * an extension raising or timing out is logged and ignored (``hooks.extensions``).
@@ -49,10 +50,12 @@ from durable_turns.hooks.types import (
     ChatResponseResult,
     ChunkContext,
     PrepareStepContext,
+    RepairedToolCall,
     StepConfig,
     StepResult,
     ToolCallContext,
     ToolCallDecision,
+    ToolCallRepairContext,
     ToolCallResultContext,
     TurnConfig,
     TurnContext,
@@ -65,6 +68,7 @@ HOOKS = (
     "before_turn",
     "before_step",
     "before_tool_call",
+    "repair_tool_call",
     "after_tool_call",
     "on_step_finish",
     "on_chunk",
@@ -179,6 +183,7 @@ class Lifecycle:
         send_reasoning: bool = True,
         *,
         turn: TurnRef | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> OnChunk | None:
         """The per-chunk observer of a step, or None when nobody listens (the hot path).
 
@@ -193,12 +198,15 @@ class Lifecycle:
         conversation_id = turn.conversation_id if turn else ""
         turn_number = turn.turn_number if turn else 0
         attempt = activity.info().attempt if activity.in_activity() else 1
+        shown = metadata if metadata is not None else {}
 
         async def observe(chunk: StreamPart) -> None:
             if chunk.type not in types:
                 return
             if hook:
-                ctx = ChunkContext(chunk, step, request_id, conversation_id, turn_number, attempt)
+                ctx = ChunkContext(
+                    chunk, step, request_id, conversation_id, turn_number, attempt, shown
+                )
                 try:
                     await call_hook(on_chunk(ctx))
                 except Exception as e:
@@ -216,6 +224,14 @@ class Lifecycle:
             return None
         returned = await self._hook("before_tool_call", ctx)
         return None if returned is None else _validated(ToolCallDecision, returned)
+
+    async def repair_tool_call(self, ctx: ToolCallRepairContext) -> RepairedToolCall | None:
+        """The subclass's repaired call (None: no repair). Raises what the hook raises, or a
+        ``ValidationError`` for a return that is not a ``RepairedToolCall``."""
+        if not self.overrides("repair_tool_call"):
+            return None
+        returned = await self._hook("repair_tool_call", ctx)
+        return None if returned is None else _validated(RepairedToolCall, returned)
 
     async def tool_call_decided(self, ctx: ToolCallContext, input: Any) -> None:
         """The extensions' ``before_tool_call``: after the decision, with the input used."""

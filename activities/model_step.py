@@ -1,4 +1,5 @@
-"""``model_step``: one model call, on_step_finish(prev) → before_step → stream → persist.
+"""``model_step``: one model call, on_step_finish(prev) → before_step → stream →
+repair_tool_call (for calls that do not validate) → persist.
 
 A step whose output is already stored (a retried attempt) is returned without asking the
 model again. The stream is transformed, observed by ``on_chunk``, published to the live
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import functools
 import json
 from collections.abc import AsyncIterator, Callable
@@ -30,6 +32,7 @@ from durable_turns.activities.errors import (
 )
 from durable_turns.activities.heartbeats import cancelled_by_user, keep_alive
 from durable_turns.activities.streaming import StepSnapshot, StreamStalled, consume
+from durable_turns.activities.tool_calls import call_problem, clean_text
 from durable_turns.contract import MODEL_STEP, ModelStepInput, StepSummary, ToolCallRef, TurnRef
 from durable_turns.hooks.types import (
     SAMPLING,
@@ -37,6 +40,7 @@ from durable_turns.hooks.types import (
     ChatErrorContext,
     PrepareStepContext,
     StepConfig,
+    ToolCallRepairContext,
     TurnConfig,
 )
 from durable_turns.messages import (
@@ -55,7 +59,7 @@ from durable_turns.messages import (
     copied,
 )
 from durable_turns.models import ModelProvider, ModelRequest, ProviderError
-from durable_turns.store import StepRecord, TurnRecord
+from durable_turns.store import StepRecord, ToolCallRepair, TurnRecord
 from durable_turns.streams import ChunkPublisher, StreamUnavailable
 from durable_turns.tools import ToolRegistry
 from durable_turns.transforms import (
@@ -106,6 +110,7 @@ class ModelStepActivities:
                     conversation_id=turn.conversation_id,
                     turn_number=turn.turn_number,
                     body=turn.body,
+                    metadata=turn.metadata,
                 )
             )  # a StepConfig() when before_step is not overridden
             model = step_config.model or inp.model
@@ -148,7 +153,9 @@ class ModelStepActivities:
         step is saved: ``_stream_lost``)."""
         partial = StepSnapshot()
         try:
-            snapshot = await self._stream(provider, request, config, inp, publisher, partial)
+            snapshot = await self._stream(
+                provider, request, config, inp, publisher, partial, turn.metadata
+            )
         except ApplicationError as e:
             if partial.parts and _is_final(e):
                 # The turn fails with this error: what the last attempt streamed is kept
@@ -176,6 +183,9 @@ class ModelStepActivities:
         record.experimental_context = (
             step_config.experimental_context if step_config.sets_context else inherited
         )
+        if self.deps.lifecycle.overrides("repair_tool_call") and record.parts:
+            async with keep_alive(self.deps.stream_beat_every):
+                record.repairs = await self._repair(record, request, turn, inp.step)
         # A store outage here is waited out (PatientStore): the model is not asked again.
         saved = await self.deps.store.save_step(turn.turn_id, record, owner=turn.owner)
         summary = _summary(saved, self.deps.tools)
@@ -207,6 +217,58 @@ class ModelStepActivities:
         except StreamUnavailable as e:
             return _stream_lost(e, summary)
         return summary
+
+    async def _repair(
+        self, record: StepRecord, request: ModelRequest, turn: TurnRecord, step: int
+    ) -> dict[str, ToolCallRepair]:
+        """Ask ``repair_tool_call`` about each call of the step that does not validate, once,
+        and put the repaired call in the step's place: what is stored (and so what the
+        transcript and the next step show) is the repaired call, under the model's call id."""
+        available = {t.name for t in request.tools}
+        repairs: dict[str, ToolCallRepair] = {}
+        for i, part in enumerate(record.parts):
+            if not isinstance(part, ToolCallPart):
+                continue
+            found = call_problem(self.deps.tools, available, part.tool_name, part.input)
+            if found is None:
+                continue
+            problem, error = found
+            repair = ToolCallRepair(
+                tool_name=part.tool_name, input=part.input, problem=problem, error=error
+            )
+            ctx = ToolCallRepairContext(
+                tool_call_id=part.tool_call_id,
+                tool_name=part.tool_name,
+                input=copy.deepcopy(part.input),
+                problem=problem,
+                error=error,
+                tools=list(request.tools),
+                step_number=step,
+                messages=copied(request.messages),
+                system=request.system,
+                request_id=turn.request_id,
+                conversation_id=turn.conversation_id,
+                turn_number=turn.turn_number,
+                body=turn.body,
+                metadata=turn.metadata,
+            )
+            try:
+                fixed = await self.deps.lifecycle.repair_tool_call(ctx)
+                if fixed is not None:
+                    record.parts[i] = ToolCallPart(  # validated: a JSON input only
+                        tool_call_id=part.tool_call_id,
+                        tool_name=fixed.tool_name or part.tool_name,
+                        input=part.input if fixed.input is None else fixed.input,
+                        provider_metadata=part.provider_metadata,
+                    )
+                    repair.repaired = True
+            except Exception as e:
+                activity.logger.warning(
+                    "repair_tool_call raised for tool %s", part.tool_name, exc_info=e
+                )
+                repair.hook_error = clean_text(f"repair_tool_call raised {type(e).__name__}: {e}")
+            repairs[part.tool_call_id] = repair
+        return repairs
 
     async def _request(
         self,
@@ -242,6 +304,7 @@ class ModelStepActivities:
         inp: ModelStepInput,
         publisher: ChunkPublisher | None,
         snapshot: StepSnapshot,
+        metadata: dict[str, Any],
     ) -> StepSnapshot | StepSummary:
         """The step's stream, transformed, observed and published; a summary for a context
         overflow. With ``send_reasoning`` off, reasoning reaches neither the hooks nor the
@@ -259,7 +322,7 @@ class ModelStepActivities:
             stream = apply_transforms(stream, transforms, run)
         sends_reasoning = config.send_reasoning is not False
         on_chunk = self.deps.lifecycle.chunk_handler(
-            inp.step, inp.turn.request_id, sends_reasoning, turn=inp.turn
+            inp.step, inp.turn.request_id, sends_reasoning, turn=inp.turn, metadata=metadata
         )
         sink = None if publisher is None else _client_sink(publisher, sends_reasoning)
         # on_chunk runs on a user loop kept for the step, in order; the step waits for it
@@ -281,7 +344,7 @@ class ModelStepActivities:
         except StreamStalled as e:
             raise ApplicationError(str(e), type=STREAM_STALLED) from e
         except ProviderError as e:
-            if await self._is_overflow(e, inp.turn):
+            if await self._is_overflow(e, inp.turn, metadata):
                 return StepSummary(step=inp.step, outcome="context_overflow", error=str(e))
             raise provider_failure(e) from e
         finally:
@@ -290,7 +353,9 @@ class ModelStepActivities:
             if lease is not None:
                 lease.close()
 
-    async def _is_overflow(self, error: ProviderError, ref: TurnRef) -> bool:
+    async def _is_overflow(
+        self, error: ProviderError, ref: TurnRef, metadata: dict[str, Any]
+    ) -> bool:
         """Whether a failed step is a context overflow the workflow should recover from."""
         if error.kind == "transient" or not self.deps.hooks.context_overflow.reactive:
             return False
@@ -300,6 +365,7 @@ class ModelStepActivities:
             messages_persisted=True,
             conversation_id=ref.conversation_id,
             turn_number=ref.turn_number,
+            metadata=metadata,
         )
         return await self.deps.lifecycle.classify(error, ctx) == "context_overflow"
 

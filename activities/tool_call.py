@@ -56,8 +56,14 @@ class ToolCallActivities:
         available = {
             s.name for s in self.deps.tool_specs(config, step.active_tools, model=step.model)
         }
+        repair = step.repairs.get(call.tool_call_id)
         ctx = await self._tool_call_context(turn, steps, inp.step, call)
-        on_chunk = _isolated(self.deps.lifecycle.chunk_handler(inp.step, ref.request_id, turn=ref))
+        ctx.repaired = repair is not None and repair.repaired
+        on_chunk = _isolated(
+            self.deps.lifecycle.chunk_handler(
+                inp.step, ref.request_id, turn=ref, metadata=turn.metadata
+            )
+        )
         started = time.monotonic()
         async with keep_alive(self.deps.beat_every):
             run = await run_tool_call(
@@ -68,6 +74,7 @@ class ToolCallActivities:
                 available,
                 _preliminaries(on_chunk, call),
                 inp.resolution,
+                repair,
             )
             if run.pending:  # recorded nowhere: the turn waits for the client, then asks again
                 try:
@@ -116,6 +123,8 @@ class ToolCallActivities:
                     conversation_id=turn.conversation_id,
                     turn_number=turn.turn_number,
                     body=turn.body,
+                    repaired=ctx.repaired,
+                    metadata=turn.metadata,
                 )
             )
         record = ToolResultRecord(
@@ -173,6 +182,7 @@ class ToolCallActivities:
             conversation_id=turn.conversation_id,
             turn_number=turn.turn_number,
             body=turn.body,
+            metadata=turn.metadata,
         )
 
     def _tool_context(self, turn: TurnRecord, inp: ToolCallInput, step: StepRecord) -> ToolContext:

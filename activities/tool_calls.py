@@ -1,7 +1,8 @@
 """One tool call's outcome: the checks, ``before_tool_call``'s decision, then the run.
 
 Whatever happens, the result is an output the model sees: an unknown tool, invalid input,
-a hook or tool that raises are tool errors (``is_error``), never a failed turn.
+a hook or tool that raises are tool errors (``is_error``), never a failed turn. A call that
+``repair_tool_call`` repaired (in its model step) is checked again here, like any call.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from durable_turns.contract import (
     ToolResolution,
     validation_problems,
 )
-from durable_turns.hooks.types import ToolCallContext, ToolCallDecision
+from durable_turns.hooks.types import ToolCallContext, ToolCallDecision, ToolCallProblem
 from durable_turns.models.secrets import redact
+from durable_turns.store import ToolCallRepair
 from durable_turns.tools import Tool, ToolContext, ToolFailed, ToolRegistry
 
 INTERRUPTED = "The tool call was interrupted before a result was recorded."
@@ -90,6 +92,39 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def call_problem(
+    tools: ToolRegistry, available: set[str], tool_name: str, input: Any
+) -> tuple[ToolCallProblem, str] | None:
+    """Why a call of the model does not validate, with the error the model is shown (None
+    when it validates): the tool is not offered, or its input fails the tool's input model.
+    A client tool's input is the client's to check (there is no model on the worker)."""
+    if tool_name not in available:
+        names = ", ".join(sorted(available)) or "none"
+        return "unknown_tool", f'Unknown tool "{tool_name}". Available tools: {names}.'
+    tool = tools.get(tool_name)
+    if tool is None or tool.is_client_tool:
+        return None
+    try:
+        tool.input_model.model_validate(input)
+    except ValidationError as e:
+        return ("invalid_json" if _not_json(input) else "invalid_input"), invalid_args(tool, e)
+    return None
+
+
+def _not_json(value: Any) -> bool:
+    """A provider hands over arguments that are not JSON as their raw text."""
+    if not isinstance(value, str):
+        return False
+    try:
+        json.loads(value)
+    except ValueError:
+        return True
+    return False
+
+
+STILL_INVALID = "repair_tool_call's repaired call does not validate either: "
+
+
 def blocked_text(tool_name: str) -> str:
     return f'Tool "{tool_name}" was blocked by beforeToolCall.'
 
@@ -102,16 +137,21 @@ async def run_tool_call(
     available: set[str],
     on_preliminary: Callable[[Any], Awaitable[None]] | None = None,
     resolution: ToolResolution | None = None,
+    repair: ToolCallRepair | None = None,
 ) -> ToolRun:
     """Check the call, ask ``before_tool_call``, then run, block or substitute.
 
     A client tool, or a tool that needs approval, is ``pending`` until the client's
-    ``resolution`` arrives; the workflow then calls again with it.
+    ``resolution`` arrives; the workflow then calls again with it. ``repair``: what
+    ``repair_tool_call`` did with the model's call (its step recorded it), if it was asked.
     """
+    if repair is not None and repair.hook_error is not None:
+        return ToolRun(repair.hook_error, True, outcome="hook_error")
+    again = STILL_INVALID if repair is not None and repair.repaired else ""
     tool = tools.get(ctx.tool_name)
     if ctx.tool_name not in available:
         names = ", ".join(sorted(available)) or "none"
-        text = f'Unknown tool "{ctx.tool_name}". Available tools: {names}.'
+        text = f'{again}Unknown tool "{ctx.tool_name}". Available tools: {names}.'
         return ToolRun(text, True, outcome="unavailable")
     if tool is None or tool.is_client_tool:
         if resolution is None:
@@ -120,7 +160,7 @@ async def run_tool_call(
     try:
         args = tool.input_model.model_validate(ctx.input)
     except ValidationError as e:
-        return ToolRun(invalid_args(tool, e), True, outcome="invalid")
+        return ToolRun(again + invalid_args(tool, e), True, outcome="invalid")
     if tool.needs_approval:
         if resolution is None:
             return ToolRun(None, pending="approval")

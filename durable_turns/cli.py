@@ -37,6 +37,7 @@ from durable_turns.contract import (
     RequestRecord,
     TurnResult,
     id_problem,
+    metadata_problem,
     regenerate_problem,
 )
 from durable_turns.devserver import EmbeddedServer, ServerStartError, port_free, port_open
@@ -61,19 +62,29 @@ class InvalidInput(Exception):
     """A mistake in what the user typed: one line, exit status 2, nothing sent or retried."""
 
 
-def parse_body(text: str | None) -> dict[str, Any] | None:
+def parse_body(
+    text: str | None, flag: str = "--body", example: str = '{"mode": "browse"}'
+) -> dict[str, Any] | None:
     if not text:
         return None
     try:
         body = json.loads(text)
     except json.JSONDecodeError as e:
         raise InvalidInput(
-            f"--body is not valid JSON ({e.msg} at line {e.lineno} column {e.colno});"
-            """ e.g. --body '{"mode": "browse"}'"""
+            f"{flag} is not valid JSON ({e.msg} at line {e.lineno} column {e.colno});"
+            f" e.g. {flag} '{example}'"
         ) from None
     if not isinstance(body, dict):
-        raise InvalidInput(f"--body must be a JSON object, got {type(body).__name__}")
+        raise InvalidInput(f"{flag} must be a JSON object, got {type(body).__name__}")
     return body
+
+
+def parse_metadata(text: str | None) -> dict[str, Any] | None:
+    """``--metadata``: the turn's metadata, a JSON object within ``MAX_METADATA_BYTES``."""
+    metadata = parse_body(text, "--metadata", '{"user": "u-42"}')
+    if metadata is not None and (problem := metadata_problem(metadata)):
+        raise InvalidInput(f"--metadata: {problem}")
+    return metadata
 
 
 def check_model(model: str | None) -> None:
@@ -182,17 +193,21 @@ async def chat(args: argparse.Namespace, settings: Settings) -> int:
     place the workers keep their stream, and its reply printed from the result.
     """
     body = parse_body(args.body)
+    metadata = parse_metadata(args.metadata)
     check_model(args.model)
     return await _run_turn(
         settings,
         args.conversation,
-        lambda client: client.start(args.conversation, args.message, model=args.model, body=body),
+        lambda client: client.start(
+            args.conversation, args.message, model=args.model, body=body, metadata=metadata
+        ),
     )
 
 
 async def regenerate(args: argparse.Namespace, settings: Settings) -> int:
     """Regenerate the last reply (or ``--message ID``), printing the new one live as chat."""
     body = parse_body(args.body)
+    metadata = parse_metadata(args.metadata)
     check_model(args.model)
     if problem := regenerate_problem(args.message):
         raise InvalidInput(f"--message {args.message!r}: {problem}")
@@ -200,7 +215,7 @@ async def regenerate(args: argparse.Namespace, settings: Settings) -> int:
         settings,
         args.conversation,
         lambda client: client.start_regenerate(
-            args.conversation, args.message, model=args.model, body=body
+            args.conversation, args.message, model=args.model, body=body, metadata=metadata
         ),
     )
 
@@ -579,6 +594,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("message")
     c.add_argument("--model", help="provider:model id for this turn")
     c.add_argument("--body", help="JSON object passed to the hooks as TurnContext.body")
+    c.add_argument("--metadata", help="JSON object: the turn's metadata (at most 16 KiB)")
     k = sub.add_parser("continue", help="continue the last assistant message")
     k.add_argument("conversation")
     r = sub.add_parser("regenerate", help="regenerate a reply and print the new one")
@@ -590,6 +606,7 @@ def parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--model", help="provider:model id (default: the last request's)")
     r.add_argument("--body", help="JSON object for the hooks (default: the last request's)")
+    r.add_argument("--metadata", help="the turn's metadata (default: the last request's)")
     x = sub.add_parser("cancel", help="cancel a request or the running turn")
     x.add_argument("conversation")
     x.add_argument("--request", help="request id (default: the running turn)")

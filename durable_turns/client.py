@@ -47,6 +47,7 @@ from durable_turns.contract import (
     TurnResult,
     added_request_id,
     check_conversation_id,
+    check_metadata,
     id_problem,
     regenerate_problem,
     turn_id,
@@ -95,17 +96,23 @@ class TurnsClient:
         model: str | None = None,
         body: dict[str, Any] | None = None,
         request_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """The JSON of a ``submitMessages``/``sendMessage`` request."""
+        """The JSON of a ``submitMessages``/``sendMessage`` request. ``metadata``: the
+        turn's metadata (a JSON object of at most ``contract.MAX_METADATA_BYTES``; raises
+        ``InvalidMetadata`` before anything is sent)."""
         messages = [user_message(content)] if isinstance(content, str) else content
         if request_id is not None and (problem := id_problem(request_id, "request id")):
             raise InvalidId(problem)
-        return {
+        request: dict[str, Any] = {
             "messages": [m.model_dump(mode="json") for m in messages],
             "request_id": request_id or str(uuid.uuid4()),
             "body": body or {},
             "model": model,
         }
+        if metadata := check_metadata(metadata):  # sent only when there is some
+            request["metadata"] = metadata
+        return request
 
     async def send(
         self,
@@ -115,6 +122,7 @@ class TurnsClient:
         model: str | None = None,
         body: dict[str, Any] | None = None,
         request_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> TurnResult:
         """Submit messages and wait for the turn's result (update-with-start).
 
@@ -122,7 +130,9 @@ class TurnsClient:
         the update is sent again with the same request id: the new run has it queued.
         """
         check_conversation_id(conversation_id)
-        request = self.request(content, model=model, body=body, request_id=request_id)
+        request = self.request(
+            content, model=model, body=body, request_id=request_id, metadata=metadata
+        )
         return await self._update_with_start(conversation_id, UPDATE_SEND, request, TurnResult)
 
     async def start(
@@ -133,12 +143,15 @@ class TurnsClient:
         model: str | None = None,
         body: dict[str, Any] | None = None,
         request_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> RequestRecord:
         """Submit messages and return as soon as their turn has started (update-with-start
         ``startTurn``): its ``turn_number`` and ``workflow_id``. Follow it with
         :meth:`chunks` and await it with :meth:`result`; neither polls."""
         check_conversation_id(conversation_id)
-        request = self.request(content, model=model, body=body, request_id=request_id)
+        request = self.request(
+            content, model=model, body=body, request_id=request_id, metadata=metadata
+        )
         return await self._update_with_start(conversation_id, UPDATE_START, request, RequestRecord)
 
     async def result(
@@ -219,10 +232,11 @@ class TurnsClient:
         model: str | None = None,
         body: dict[str, Any] | None = None,
         request_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The JSON of a regenerate request (``submitMessages``/``sendMessage``/``startTurn``
         with ``regenerate`` and no messages). ``model`` and ``body`` are sent only when
-        given: without them the conversation uses its last request's."""
+        given: without them the conversation uses its last request's (``metadata`` too)."""
         if problem := regenerate_problem(message_id):
             raise InvalidId(problem)
         if request_id is not None and (problem := id_problem(request_id, "request id")):
@@ -235,6 +249,8 @@ class TurnsClient:
             request["model"] = model
         if body is not None:
             request["body"] = body
+        if metadata is not None:
+            request["metadata"] = check_metadata(metadata)
         return request
 
     async def regenerate(
@@ -245,6 +261,7 @@ class TurnsClient:
         request_id: str | None = None,
         body: dict[str, Any] | None = None,
         model: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> TurnResult:
         """Regenerate a reply and wait for the new one (``sendMessage`` with ``regenerate``).
 
@@ -255,7 +272,9 @@ class TurnsClient:
         Nothing to regenerate: a turn with status ``error`` and error type
         ``NothingToRegenerate``, and nothing changed."""
         check_conversation_id(conversation_id)
-        request = self.regenerate_request(message_id, model=model, body=body, request_id=request_id)
+        request = self.regenerate_request(
+            message_id, model=model, body=body, request_id=request_id, metadata=metadata
+        )
         return await self._update_with_start(conversation_id, UPDATE_SEND, request, TurnResult)
 
     async def start_regenerate(
@@ -266,11 +285,14 @@ class TurnsClient:
         request_id: str | None = None,
         body: dict[str, Any] | None = None,
         model: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> RequestRecord:
         """:meth:`regenerate`, answering as soon as the turn has started (``startTurn``), as
         :meth:`start` does: follow it with :meth:`chunks`, await it with :meth:`result`."""
         check_conversation_id(conversation_id)
-        request = self.regenerate_request(message_id, model=model, body=body, request_id=request_id)
+        request = self.regenerate_request(
+            message_id, model=model, body=body, request_id=request_id, metadata=metadata
+        )
         return await self._update_with_start(conversation_id, UPDATE_START, request, RequestRecord)
 
     async def submit(
@@ -281,9 +303,12 @@ class TurnsClient:
         model: str | None = None,
         body: dict[str, Any] | None = None,
         request_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> str:
         """Queue messages without waiting (signal-with-start); returns the request id."""
-        req = self.request(content, model=model, body=body, request_id=request_id)
+        req = self.request(
+            content, model=model, body=body, request_id=request_id, metadata=metadata
+        )
         await self._signal_with_start(conversation_id, SIGNAL_SUBMIT, req)
         return str(req["request_id"])
 
@@ -315,11 +340,16 @@ class TurnsClient:
         *,
         body: dict[str, Any] | None = None,
         request_id: str | None = None,
+        metadata: dict[str, Any] | None = None,
     ) -> str:
+        """Continue the last assistant message (``continueLastTurn``); returns the request
+        id. Without ``body`` or ``metadata``, the last request's are used."""
         request_id = request_id or str(uuid.uuid4())
         payload: dict[str, Any] = {"request_id": request_id}
         if body is not None:
             payload["body"] = body
+        if metadata is not None:
+            payload["metadata"] = check_metadata(metadata)
         await self._signal_with_start(conversation_id, SIGNAL_CONTINUE, payload)
         return request_id
 

@@ -9,6 +9,7 @@ compatibility data: running workflows replay against them, so never rename them 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import unicodedata
 from typing import Any, Literal
@@ -108,6 +109,12 @@ and its body, as JSON) over this many bytes is rejected (``RequestTooLarge``). I
 input and is carried over continue-as-new while queued; parsing can make a request many times
 larger than it came (a 240 KB request of 8,000 tiny messages with a 500-byte request id is 4.6 MB
 once every message carries its scoped id), so the payload limit alone bounds nothing."""
+
+MAX_METADATA_BYTES = 16 * 1024
+"""A request's ``metadata`` (a JSON object, encoded as compact UTF-8 JSON) over this many bytes is
+rejected (``InvalidRequest``; the Python client raises ``InvalidMetadata`` before sending). It
+is carried, whole, in the turn's input, its stored record and its result, and over
+continue-as-new with the conversation's last request."""
 
 MAX_QUEUED_REQUESTS = 1000
 """Requests a conversation holds waiting for their turn; past it, ``QueueFull``."""
@@ -288,6 +295,49 @@ def model_id_problem(value: str) -> str | None:
     return None
 
 
+def metadata_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a request's ``metadata`` (None when it can): a JSON object
+    (string keys; values JSON: no NaN or infinity, valid Unicode) of at most
+    :data:`MAX_METADATA_BYTES` as compact JSON."""
+    if not isinstance(value, dict):
+        return f"metadata must be a JSON object, not {type(value).__name__}"
+    try:
+        text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "metadata is not valid Unicode (a lone surrogate)"
+    except (TypeError, ValueError) as e:
+        return f"metadata must hold JSON values only ({_cut(str(e))})"
+    except RecursionError:
+        return "metadata is nested too deeply"
+    if any(not isinstance(k, str) for k in value):
+        return "metadata keys must be strings"
+    if size > MAX_METADATA_BYTES:
+        return f"metadata is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES} bytes"
+    return None
+
+
+def _valid_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    problem = metadata_problem(value) if value is not None else None
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+class InvalidMetadata(ValueError):
+    """A request's ``metadata`` is not a bounded JSON object; raised by clients before sending."""
+
+
+def check_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
+    """``metadata`` (``{}`` for None) if valid; raises :class:`InvalidMetadata` otherwise."""
+    if metadata is None:
+        return {}
+    problem = metadata_problem(metadata)
+    if problem:
+        raise InvalidMetadata(problem)
+    return metadata
+
+
 class InvalidId(ValueError):
     """A client-chosen id breaks the id rules; raised by clients and the CLI before sending."""
 
@@ -377,6 +427,11 @@ class SubmitMessages(_Wire):
     """Chosen by the client for idempotency and cancellation; generated when absent."""
     body: dict[str, Any] = Field(default_factory=dict)
     """Custom fields for the hooks (``TurnContext.body``)."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): a JSON object of at most
+    :data:`MAX_METADATA_BYTES`, stored with the turn, on every hook context (``metadata``),
+    in the ``TurnResult`` and the turn's details in the Temporal UI. Without it, a
+    ``regenerate`` request uses the last request's (as ``continueLastTurn`` does)."""
     model: str | None = None
     """A ``provider:model`` id for this turn."""
     message_concurrency: MessageConcurrency | None = None
@@ -393,6 +448,11 @@ class SubmitMessages(_Wire):
     @classmethod
     def _request_id(cls, value: str | None) -> str | None:
         return _valid_request_id(value)
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any]) -> dict[str, Any] | None:
+        return _valid_metadata(value)
 
     @field_validator("regenerate")
     @classmethod
@@ -472,11 +532,19 @@ class ContinueLastTurn(_Wire):
 
     body: dict[str, Any] | None = None
     request_id: str | None = None
+    metadata: dict[str, Any] | None = None
+    """The continuation's metadata (as ``SubmitMessages.metadata``); None: the last
+    request's."""
 
     @field_validator("request_id")
     @classmethod
     def _request_id(cls, value: str | None) -> str | None:
         return _valid_request_id(value)
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        return _valid_metadata(value)
 
 
 class CancelChat(_Wire):
@@ -529,6 +597,8 @@ class PendingRequest(Internal):
     model: str | None = None
     regenerate: str | None = None
     """What a ``regenerate`` request names (``SubmitMessages.regenerate``)."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """The request's metadata (``SubmitMessages.metadata``)."""
     size: int = 0
     """Encoded bytes of the request (counts against ``MAX_QUEUED_BYTES``)."""
     concurrency: str | None = None
@@ -550,6 +620,8 @@ class ConversationInput(ConversationSettings):
     last_result: TurnResult | None = None
     last_body: dict[str, Any] = Field(default_factory=dict)
     last_model: str | None = None
+    last_metadata: dict[str, Any] = Field(default_factory=dict)
+    """The last request's metadata: a continuation's, or a regeneration's, when it gives none."""
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float | None = None
     results: list[TurnResult] = Field(default_factory=list)
@@ -603,6 +675,10 @@ class TurnInput(Internal):
     regenerate: str | None = None
     """The assistant message this turn regenerates (``SubmitMessages.regenerate``); None for
     every other turn."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """The turn's metadata (``SubmitMessages.metadata``); a turn started directly with
+    metadata that breaks its rules (:data:`MAX_METADATA_BYTES`) ends ``error``
+    (``InvalidRequest``) without touching anything."""
 
 
 class TurnResult(Internal):
@@ -630,6 +706,8 @@ class TurnResult(Internal):
     """Estimated from ``durable_turns.pricing`` (None: no price for the model, tokens only)."""
     usage_text: str = ""
     """``"41.2k in · 93% cached · 1.1k out · $0.0210"``."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """The turn's metadata, as its request gave it (or the request it continues)."""
 
 
 class RequestRecord(Internal):
@@ -711,6 +789,8 @@ class BeginTurnInput(Internal):
     """Re-runs of the turn after a compaction count up from 0."""
     regenerate: str | None = None
     """Mark the reply this names superseded by the turn before assembling its context."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """The turn's metadata, stored with its record."""
 
 
 class TurnPlan(Internal):

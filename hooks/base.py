@@ -1,6 +1,6 @@
 """``TurnHooks``: the base class a developer subclasses to customise turns.
 
-Override any of the ten hooks. Each may be ``async def`` or plain ``def``; the engine awaits
+Override any of the eleven hooks. Each may be ``async def`` or plain ``def``; the engine awaits
 what needs awaiting. Point a worker at the subclass with ``--hooks module:Class`` (env
 ``TURNS_HOOKS``).
 
@@ -8,7 +8,7 @@ Order, for a turn whose model calls one tool per step::
 
     configure_session                       once per worker start
     before_turn                             begin turn
-      before_step(0) → on_chunk… → before_tool_call → (tool runs) → on_chunk(tool-result)
+      before_step(0) → on_chunk… → [repair_tool_call] → before_tool_call → (tool runs) → on_chunk(tool-result)
         → after_tool_call → on_step_finish(0)
       before_step(1) → on_chunk… → on_step_finish(1)
     on_chat_response                        after the message is stored and the lock released
@@ -19,8 +19,8 @@ Parallel tool calls of one step run as parallel activities: each call's
 Durability (read this before writing a hook that does I/O):
 
 * Hooks run inside Temporal activities, at the activity boundaries of a turn:
-  ``before_turn`` in *begin turn*; ``on_step_finish`` of the previous step, ``before_step``
-  and ``on_chunk`` (model chunks) in *model step*; ``before_tool_call``, ``on_chunk``
+  ``before_turn`` in *begin turn*; ``on_step_finish`` of the previous step, ``before_step``,
+  ``on_chunk`` (model chunks) and ``repair_tool_call`` in *model step*; ``before_tool_call``, ``on_chunk``
   (tool results, preliminary ones included) and ``after_tool_call`` in *tool call*; the
   last ``on_step_finish`` in *finish turn*; ``classify_chat_error`` in *model step*;
   ``on_chat_error`` in *fail turn*; ``on_chat_response`` in its own activity after the turn
@@ -29,7 +29,7 @@ Durability (read this before writing a hook that does I/O):
 * Each hook call is **at-least-once**: an activity attempt that dies (worker crash, timeout)
   is retried, and its hooks run again. Make side effects idempotent (the request id, turn
   number, step number and tool call id are stable keys).
-* A hook's **decision** (a TurnConfig, StepConfig or ToolCallDecision) becomes durable when
+* A hook's **decision** (a TurnConfig, StepConfig, RepairedToolCall or ToolCallDecision) becomes durable when
   its activity completes; from then on it is never asked again, not even on replay or on
   another worker after a crash. A tool whose result is recorded never runs again.
 """
@@ -48,10 +48,12 @@ from durable_turns.hooks.types import (
     ChunkContext,
     ContextOverflowConfig,
     PrepareStepContext,
+    RepairedToolCall,
     StepConfig,
     StepContext,
     ToolCallContext,
     ToolCallDecision,
+    ToolCallRepairContext,
     ToolCallResultContext,
     TurnConfig,
     TurnContext,
@@ -106,6 +108,21 @@ class TurnHooks:
         Not called for client tools, unknown tools, or input that fails validation (those
         are tool errors already). Raising becomes a tool error the model sees, and
         ``after_tool_call`` reports ``success=False``.
+        """
+        return None
+
+    async def repair_tool_call(self, ctx: ToolCallRepairContext) -> RepairedToolCall | None:
+        """When a call of the model does not validate (``ctx.problem``: an unknown tool,
+        arguments that are not JSON, or input that fails the tool's model): return the call
+        to make instead, or None to send the validation error back to the model as today.
+
+        Runs in *model step*, once per failing call, after the stream and before the step
+        is stored: the stored step (and so the transcript, and what the model sees next
+        step) has the repaired call, and a retried or replayed step never asks again. The
+        repaired call is validated like any other; one that still fails is a tool error the
+        model sees, never repaired twice. Raising is a tool error too
+        (``repair_tool_call raised …``, outcome ``"hook_error"``); the tool does not run.
+        Think's ``TurnConfig.repairToolCall`` (the AI SDK's ``experimental_repairToolCall``).
         """
         return None
 

@@ -261,6 +261,22 @@ class ToolCallDecision(_Config):
         return cls(action="substitute", output=output)
 
 
+class RepairedToolCall(_Config):
+    """``repair_tool_call``'s return: the call to make instead (its id stays the model's).
+
+    ``tool_name`` None keeps the model's name; ``input`` None keeps the model's input. The
+    repaired call is validated like any call: one that still fails goes back to the model as
+    a tool error (there is no second repair).
+    """
+
+    tool_name: str | None = None
+    input: Any = None
+    """The tool's arguments as a JSON value (an object for every registered tool)."""
+
+
+ToolCallProblem = Literal["unknown_tool", "invalid_json", "invalid_input"]
+
+
 def has_tool_call(tool_name: str) -> StopCondition:
     """Stop the loop after a step that called ``tool_name``."""
     return StopCondition(kind="has_tool_call", tool_name=tool_name)
@@ -296,6 +312,9 @@ class TurnContext:
     turn_number: int
     is_cancelled: Callable[[], bool] = lambda: False
     """True once the turn has been cancelled (``cancelChat``)."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
 
 
 @dataclass
@@ -328,6 +347,9 @@ class StepResult:
     conversation_id: str = ""
     turn_number: int = 0
     request_id: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
 
     @property
     def reasoning_text(self) -> str | None:
@@ -356,6 +378,9 @@ class PrepareStepContext:
     turn_number: int = 0
     body: dict[str, Any] = field(default_factory=dict)
     """The request's custom body (as ``TurnContext.body``)."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
 
 
 @dataclass
@@ -365,7 +390,8 @@ class ToolCallContext:
     tool_call_id: str
     tool_name: str
     input: Any
-    """The arguments the model emitted (already validated against the tool's input)."""
+    """The arguments the model emitted (already validated against the tool's input), or
+    the repaired call's (``repaired``)."""
     step_number: int
     messages: list[Message]
     """The conversation as the model saw it when it made this call."""
@@ -378,6 +404,42 @@ class ToolCallContext:
     conversation_id: str = ""
     turn_number: int = 0
     body: dict[str, Any] = field(default_factory=dict)
+    repaired: bool = False
+    """The model's call did not validate and ``repair_tool_call`` fixed it: ``tool_name``
+    and ``input`` are the repaired call's."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
+
+
+@dataclass
+class ToolCallRepairContext:
+    """``repair_tool_call``'s argument: a call of the model that does not validate."""
+
+    tool_call_id: str
+    tool_name: str
+    """The name the model called (for ``"unknown_tool"``, one it was not offered)."""
+    input: Any
+    """What the model emitted: its parsed arguments, or the raw text when it was not JSON."""
+    problem: ToolCallProblem
+    """``"unknown_tool"`` (not offered in this step, or no such tool), ``"invalid_json"``
+    (the arguments are not JSON) or ``"invalid_input"`` (they fail the tool's input model)."""
+    error: str
+    """The validation error, as the model would see it without a repair."""
+    tools: list[ToolSpec]
+    """The tools this step offered, with their input schemas."""
+    step_number: int
+    messages: list[Message]
+    """What the step sent to the model (before its own output)."""
+    system: str = ""
+    """The system prompt the step sent."""
+    request_id: str = ""
+    conversation_id: str = ""
+    turn_number: int = 0
+    body: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
 
 
 @dataclass
@@ -387,7 +449,8 @@ class ToolCallResultContext:
     tool_call_id: str
     tool_name: str
     input: Any
-    """What the model emitted (not a substituted input)."""
+    """What the model emitted (not a substituted input; the repaired call's when
+    ``repaired``)."""
     step_number: int
     messages: list[Message]
     duration_ms: float
@@ -410,6 +473,12 @@ class ToolCallResultContext:
     conversation_id: str = ""
     turn_number: int = 0
     body: dict[str, Any] = field(default_factory=dict)
+    repaired: bool = False
+    """``repair_tool_call`` fixed the model's call: ``tool_name`` and ``input`` are the
+    repaired call's (what the transcript records)."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
 
 
 @dataclass
@@ -431,6 +500,9 @@ class ChunkContext:
     first. A chunk with a higher attempt than you have seen for ``step_number`` means the
     step is being retried (the live stream's ``reset``): drop what you accumulated from its
     earlier attempts, they are discarded."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
 
 
 @dataclass
@@ -447,6 +519,9 @@ class ChatResponseResult:
     conversation_id: str = ""
     turn_number: int = 0
     body: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
 
 
 @dataclass
@@ -463,6 +538,9 @@ class ChatErrorContext:
     """``"context_overflow"`` when an overflow could not be recovered."""
     conversation_id: str = ""
     turn_number: int = 0
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
+    the request it continues. Read-only: changing it changes nothing stored."""
 
 
 @dataclass

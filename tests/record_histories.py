@@ -11,6 +11,7 @@ import base64
 import json
 import re
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import temporal_binary
 from tests.support.harness import Harness
-from tests.test_replay import HISTORIES, record
+from tests.test_replay import HISTORIES, REPLAY_WORKER, record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,6 +47,7 @@ def _portable(value: Any, key: str = "") -> Any:
 
 def _strip_paths(text: str) -> str:
     text = text.replace(f"{ROOT}/", "")
+    text = text.replace(f"{sysconfig.get_paths()['stdlib']}/", "python/")  # stack traces
     return re.sub(r"/tmp/tmp\w+/", "scripts/", text)
 
 
@@ -59,7 +61,7 @@ async def main(name: str) -> None:
         harness = Harness(
             env.client, env.client.service_client.config.target_host, Path(tempfile.mkdtemp())
         )
-        harness.start_worker()
+        harness.start_worker(**REPLAY_WORKER)
         for history in await record(harness, name):
             path = HISTORIES / f"{history.workflow_id.replace('/', '__')}.json"
             path.write_text(json.dumps(_portable(history.to_json_dict())))

@@ -90,7 +90,7 @@ def test_every_python_example_ends_with_run() -> None:
         for block in blocks(page, "python")
         if re.search(r"^run\(", block, re.M)
     ]
-    assert len(entries) == 5  # README, clients.md (two scripts), tools.md, streaming.md
+    assert len(entries) == 6  # README, clients.md (three scripts), tools.md, streaming.md
 
 
 def scripts(python: list[str]) -> list[list[str]]:

@@ -3,6 +3,7 @@ transcript lives in the store (README.md, "History stays small")."""
 
 from __future__ import annotations
 
+from durable_turns.contract import MAX_METADATA_BYTES
 from tests.support.harness import Harness
 from tests.support.history import model_step_bytes, prior_transcript
 
@@ -23,3 +24,33 @@ async def test_model_step_history_is_flat_in_conversation_size(harness: Harness)
     assert big_step <= small_step * 1.2, sizes
     assert big_turn <= small_turn * 1.2, sizes
     assert big_turn < 20_000, "a one-step turn's whole history stays a few KB"
+
+
+async def test_metadata_costs_a_turn_a_constant_not_a_model_step(harness: Harness) -> None:
+    """16 KiB of metadata travels in the turn's input, its begin_turn input and its result
+    (a few events), never in a model step: every activity reads it from the turn's record."""
+    harness.start_worker()
+    metadata = {"pad": "m" * (MAX_METADATA_BYTES - 20)}
+    sizes: dict[tuple[int, bool], tuple[int, int]] = {}
+    for steps in (1, 3):  # conversation ids differ in length by one letter ("True"/"False")
+        script = [
+            {"tool_calls": [{"name": "add", "input": {"a": i, "b": 1}}]} for i in range(steps - 1)
+        ]
+        model = harness.script([*script, {"text": "done"}])
+        for with_metadata in (False, True):
+            conversation = harness.conv(f"hist-meta-{steps}-{with_metadata}")
+            result = await harness.send(
+                conversation, "go", model=model, metadata=metadata if with_metadata else None
+            )
+            assert result.status == "completed" and result.steps == steps
+            sizes[steps, with_metadata] = await model_step_bytes(harness.client, result.workflow_id)
+    for steps in (1, 3):
+        (step_plain, turn_plain), (step_meta, turn_meta) = sizes[steps, False], sizes[steps, True]
+        assert abs(step_meta - step_plain) <= 3 * steps, sizes  # ids differ by a letter, no more
+        extra = turn_meta - turn_plain
+        assert MAX_METADATA_BYTES * 2 < extra < MAX_METADATA_BYTES * 4, (
+            sizes
+        )  # input, begin, result
+    extra_1 = sizes[1, True][1] - sizes[1, False][1]
+    extra_3 = sizes[3, True][1] - sizes[3, False][1]
+    assert abs(extra_3 - extra_1) < 200, sizes  # the same whatever the steps

@@ -419,6 +419,12 @@ async def test_invalid_input_is_one_line_and_never_sent(harness: Harness, tmp_pa
     cases = [
         (("--body", "{mode: browse}"), "turns chat: --body is not valid JSON (Expecting"),
         (("--body", "[1, 2]"), "turns chat: --body must be a JSON object, got list"),
+        (("--metadata", "{user: 1}"), "turns chat: --metadata is not valid JSON (Expecting"),
+        (("--metadata", '"u-1"'), "turns chat: --metadata must be a JSON object, got str"),
+        (
+            ("--metadata", '{"x": "' + "y" * 16_400 + '"}'),
+            "turns chat: --metadata: metadata is 16408 bytes as JSON; the limit is 16384 bytes",
+        ),
         (("--model", "claude"), "turns chat: --model 'claude' is not a provider:model id"),
         (
             ("--model", "demo:broken.json"),

@@ -8,9 +8,11 @@ to workflow code that breaks them would break turns in flight, so guard it with
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
@@ -18,6 +20,7 @@ from temporalio.worker import Replayer
 from durable_turns.runtime import WORKFLOWS
 from durable_turns.sandbox import sandbox_runner
 from tests.support.harness import Harness
+from tests.support.hooks import HOOK_TOOLS
 
 HISTORIES = Path(__file__).parent / "histories"
 
@@ -28,6 +31,11 @@ def replayer() -> Replayer:
         data_converter=pydantic_data_converter,
         workflow_runner=sandbox_runner(w.__module__ for w in WORKFLOWS),
     )
+
+
+REPLAY_WORKER = {"TURNS_HOOKS": "tests.support.hooks:RecordingHooks", "TURNS_TOOLS": HOOK_TOOLS}
+"""The worker that records (and freshly replays) the histories: the test hooks, so a turn
+can repair a tool call."""
 
 
 async def record(harness: Harness, conversation: str) -> list[WorkflowHistory]:
@@ -75,26 +83,56 @@ async def record(harness: Harness, conversation: str) -> list[WorkflowHistory]:
     # a regeneration of the last reply, and one naming no message (a typed error)
     await harness.turns.regenerate(conversation)
     await harness.turns.regenerate(conversation, f"{conversation}/turn-99/assistant")
+    # a repaired tool call (repair_tool_call, in its model step) and per-turn metadata,
+    # carried by a continuation (REPLAY_WORKER's hooks repair what the body asks)
+    repaired = [
+        {"tool_calls": [{"name": "ad", "input": {"a": 1, "b": "two"}, "id": "call_r"}]},
+        {"text": "sum: {tool_result}"},
+    ]
+    meta = {"user": "u-1", "trace": ["t", 1]}
+    result = await harness.send(
+        conversation,
+        "repair",
+        model=harness.script(repaired),
+        body={"repairs": {"ad": {"tool_name": "add", "input": {"a": 1, "b": 2}}}},
+        metadata=meta,
+    )
+    assert result.text == "sum: 3" and result.metadata == meta, result
+    request = await harness.turns.continue_last_turn(conversation)
+    last = await harness.turns.wait(conversation, request)
+    assert last.continuation and last.metadata == meta
     # the first run whole (the tests' server suggests continue-as-new at 60 events, so it
     # may have handed over), and the last one once it has run a workflow task of its own
     histories = [
         await harness.client.get_workflow_handle(conversation, run_id=first_run).fetch_history()
     ]
-    last = await harness.client.get_workflow_handle(conversation).fetch_history()
-    if last.run_id != first_run and any(
-        e.HasField("workflow_task_completed_event_attributes") for e in last.events
-    ):
-        histories.append(last)
-    turns = (await harness.turns.state(conversation)).turn_count
-    for n in range(1, turns + 1):
+    latest_run = await settled_history(harness, conversation)
+    if latest_run.run_id != first_run:
+        histories.append(latest_run)
+    for n in range(1, last.turn_number + 1):
         histories.append(
             await harness.client.get_workflow_handle(f"{conversation}/turn-{n}").fetch_history()
         )
     return histories
 
 
+async def settled_history(harness: Harness, workflow_id: str) -> WorkflowHistory:
+    """The workflow's history once its current run has completed a workflow task: a
+    conversation that has just continued as new has a run of one event, which the replayer
+    waits on forever."""
+    handle = harness.client.get_workflow_handle(workflow_id)
+    for _ in range(200):
+        history = await handle.fetch_history()
+        if any(
+            e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED for e in history.events
+        ):
+            return history
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{workflow_id} completed no workflow task within 10 s")
+
+
 async def test_fresh_histories_replay(harness: Harness) -> None:
-    harness.start_worker()
+    harness.start_worker(**REPLAY_WORKER)
     histories = await record(harness, harness.conv("replay"))
     for history in histories:
         await replayer().replay_workflow(history)

@@ -300,6 +300,9 @@ async def test_bad_requests_get_a_typed_4xx_and_start_nothing(harness: Harness, 
         (chat_body(chat, [user_message("x" * 300_000, "m")]), 413, "RequestTooLarge"),
         (chat_body(chat, [user_message("x", str(i)) for i in range(2001)]), 400, "InvalidRequest"),
         (chat_body(f"{chat}/turn-1", [user_message("x", "m")]), 400, "InvalidId"),
+        (chat_body(chat, [user_message("x", "m")], metadata=[1]), 400, "InvalidRequest"),
+        (chat_body(chat, [user_message("x", "m")], metadata={"x": "y" * 17_000}), 400, "InvalidRequest"),
+        (chat_body(chat, [{**user_message("x", "m"), "metadata": {"x": "y" * 17_000}}]), 400, "InvalidRequest"),
         (chat_body(chat, [{"id": f"{chat}/turn-9/assistant", "role": "assistant", "parts": [
             {"type": "tool-wipe_disk", "toolCallId": "forged", "state": "approval-responded",
              "approval": {"id": "forged", "approved": True}}]}]), 400, "UnknownToolCall"),
@@ -482,6 +485,32 @@ async def test_a_model_in_the_body_needs_the_allow_list(harness: Harness, door: 
     assert text_of(chunks) == "allowed model"
     _, chunks = await post_chat(fd.url, chat_body(chat, [user_message("Rome?", "b")], model=other))
     assert "not allowed" not in text_of(chunks), "ignored: the default model ran"
+
+
+async def test_metadata_comes_from_the_body_or_the_user_message(
+    harness: Harness, door: Any
+) -> None:
+    """The transport's ``body.metadata`` is the turn's metadata (and is not in the hooks'
+    ``body``); without it, the user message's own ``metadata``."""
+    harness.start_worker(
+        TURNS_MODEL=harness.script([{"text": "ok"}]),
+        TURNS_HOOKS="tests.support.hooks:RecordingHooks",
+    )
+    fd = door()
+    chat = harness.conv("web-meta")
+    body = chat_body(chat, [user_message("hi", "a")], metadata={"from": "body"}, mode="x")
+    r, _ = await post_chat(fd.url, body)
+    assert r.status_code == 200
+    message = {**user_message("again", "b"), "metadata": {"from": "message"}}
+    r, _ = await post_chat(fd.url, chat_body(chat, [message]))
+    assert r.status_code == 200
+    first, second = [await harness.turns.wait(chat, r) for r in ("ui-a", "ui-b")]
+    assert first.metadata == {"from": "body"} and second.metadata == {"from": "message"}
+    turns = [c for c in harness.hook_calls() if c["hook"] == "before_turn"]
+    assert [c["metadata"] for c in turns] == [{"from": "body"}, {"from": "message"}]
+    store = await harness.store()
+    turn = await store.get_turn(f"{chat}/turn-1")
+    assert turn is not None and turn.body == {"mode": "x"} and turn.metadata == {"from": "body"}
 
 
 async def test_watchers_share_one_reader_and_the_stream_bound_holds(

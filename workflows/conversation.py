@@ -18,7 +18,7 @@ import json
 from collections import deque
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 from pydantic_core import to_json
@@ -128,6 +128,10 @@ PATCH_INBOX = "conversation-signals-through-inbox"
 (``workflows.intake.Inbox``); runs recorded before parsed each in its handler."""
 
 
+PATCH_METADATA = "conversation-request-metadata"
+"""Requests may carry ``metadata``; runs recorded before rejected it as an unknown field."""
+
+
 _REJECTED = object()
 """What reading a request gives when it was rejected (None is a JSON value)."""
 
@@ -187,6 +191,7 @@ class ConversationWorkflow:
         self._last_result = inp.last_result
         self._last_body = inp.last_body
         self._last_model = inp.last_model
+        self._last_metadata = inp.last_metadata
         self._usage = inp.usage
         self._cost = inp.cost_usd
         self._running: PendingRequest | None = None
@@ -317,6 +322,7 @@ class ConversationWorkflow:
                 kind="continue",
                 body=request.body,
                 model=request.model,
+                metadata=request.metadata,
             )
             if workflow.patched(PATCH_STORED_SIZES):
                 _sized(follow)
@@ -365,6 +371,7 @@ class ConversationWorkflow:
                                 message=f"could not start turn {number}: {err}",
                                 stage="turn",
                             ),
+                            metadata=request.metadata,
                         )
                     suffix = str(workflow.uuid4()).replace("-", "")[:8]
                     workflow_id = f"{turn_workflow_id(conversation_id, number)}~{suffix}"
@@ -383,6 +390,7 @@ class ConversationWorkflow:
                 status="error",
                 continuation=continuation,
                 error=ErrorInfo(type=type(cause).__name__, message=str(cause), stage="turn"),
+                metadata=request.metadata,
             )
         finally:
             self._running = None
@@ -409,6 +417,7 @@ class ConversationWorkflow:
                 model=model,
                 max_steps=self._settings.max_steps,
                 regenerate=request.regenerate,
+                metadata=request.metadata,
             ),
             id=workflow_id,
             result_type=TurnResult,
@@ -537,7 +546,7 @@ class ConversationWorkflow:
         value: Any = None
         try:
             value = decode(raw, MAX_REQUEST_BYTES)
-            self._enqueue(self._parse_submit(value), payload_size(raw))
+            self._enqueue(_gate_metadata(self._parse_submit(value)), payload_size(raw))
         except Rejected as e:
             self._reject(value, e.type, e.message)
 
@@ -589,7 +598,7 @@ class ConversationWorkflow:
             ticket = self._inbox.received
             await workflow.wait_condition(lambda: self._inbox.taken >= ticket)
         try:
-            request = self._parse_submit(decode(raw, MAX_REQUEST_BYTES))
+            request = _gate_metadata(self._parse_submit(decode(raw, MAX_REQUEST_BYTES)))
             request_id = request.request_id or ""
             if request_id not in self._records:
                 request_id = self._enqueue(request, payload_size(raw))
@@ -611,6 +620,7 @@ class ConversationWorkflow:
                     request.request_id or "-" * 36,
                     body=request.body,
                     model=request.model,
+                    metadata=request.metadata,
                 )
                 self._check_room(pending.size)
         except Rejected as e:
@@ -696,12 +706,18 @@ class ConversationWorkflow:
                 req = ContinueLastTurn.model_validate(value or {})
             except ValidationError as e:
                 raise Rejected(INVALID_REQUEST, _explain(e)) from None
+            _gate_metadata(req)
             request_id = req.request_id or str(workflow.uuid4())
             if request_id in self._records:
                 return
             body = req.body if req.body is not None else self._last_body
+            metadata = req.metadata if req.metadata is not None else self._last_metadata
             pending = PendingRequest(
-                request_id=request_id, kind="continue", body=body, model=self._last_model
+                request_id=request_id,
+                kind="continue",
+                body=body,
+                model=self._last_model,
+                metadata=metadata,
             )
             if workflow.patched(PATCH_STORED_SIZES):
                 _sized(pending)
@@ -749,6 +765,7 @@ class ConversationWorkflow:
                         workflow_id="",
                         status="aborted",
                         continuation=pending.kind == "continue",
+                        metadata=pending.metadata,
                     ),
                 )
                 return
@@ -898,7 +915,7 @@ class ConversationWorkflow:
 
     def _merge_waiting(self, request: PendingRequest) -> None:
         """Fold the turn requests waiting right behind ``request`` that merge too into it, in
-        order (their messages after its own; the newest body and model win), as far as the
+        order (their messages after its own; the newest body, model and metadata win), as far as the
         stored request bound allows; they finish with its turn."""
         while self._queue:
             nxt = self._queue[0]
@@ -910,6 +927,7 @@ class ConversationWorkflow:
             self._queued_bytes -= nxt.size
             request.messages = [*request.messages, *nxt.messages]
             request.body, request.model = nxt.body or request.body, nxt.model or request.model
+            request.metadata = nxt.metadata or request.metadata
             request.merged = [*request.merged, nxt.request_id, *nxt.merged]
             request.size += nxt.size
             record = self._records.get(nxt.request_id)
@@ -985,13 +1003,21 @@ class ConversationWorkflow:
             )
         if workflow.patched(PATCH_STORED_SIZES):
             request_id = req.request_id or str(workflow.uuid4())
-            pending = self._pending(req.messages, request_id, body=req.body, model=req.model)
+            pending = self._pending(
+                req.messages, request_id, body=req.body, model=req.model, metadata=req.metadata
+            )
             self._check_room(pending.size)
         else:  # exactly as runs recorded before did it (their random ids come in this order)
             self._check_room(size)
             request_id = req.request_id or str(workflow.uuid4())
             pending = self._pending(
-                req.messages, request_id, size, measure=False, body=req.body, model=req.model
+                req.messages,
+                request_id,
+                size,
+                measure=False,
+                body=req.body,
+                model=req.model,
+                metadata=req.metadata,
             )
         pending.concurrency, pending.debounce_ms = req.message_concurrency, req.debounce_ms
         self._queue.append(pending)
@@ -999,6 +1025,7 @@ class ConversationWorkflow:
         self._records[request_id] = RequestRecord(request_id=request_id)
         self._last_body = req.body
         self._last_model = req.model
+        self._last_metadata = req.metadata
         self._arrivals += 1
         self._last_arrival = workflow.now()
         if concurrency == "latest":
@@ -1017,6 +1044,7 @@ class ConversationWorkflow:
         given = req.model_fields_set
         body = req.body if "body" in given else self._last_body
         model = req.model if "model" in given else self._last_model
+        metadata = req.metadata if "metadata" in given else self._last_metadata
         self._queue.append(
             PendingRequest(
                 request_id=request_id,
@@ -1025,12 +1053,14 @@ class ConversationWorkflow:
                 body=body,
                 model=model,
                 size=size,
+                metadata=metadata,
             )
         )
         self._queued_bytes += size
         self._records[request_id] = RequestRecord(request_id=request_id, kind="regenerate")
         self._last_body = body
         self._last_model = model
+        self._last_metadata = metadata
         return request_id
 
     def _reject(self, value: Any, error_type: str, message: str) -> None:
@@ -1092,6 +1122,7 @@ class ConversationWorkflow:
                 last_result=last,
                 last_body=self._last_body,
                 last_model=self._last_model,
+                last_metadata=self._last_metadata,
                 usage=self._usage,
                 cost_usd=self._cost,
                 results=results[::-1],
@@ -1103,6 +1134,20 @@ class ConversationWorkflow:
                 worker_debounce_ms=self._worker_debounce_ms,
             )
         )
+
+
+R = TypeVar("R", SubmitMessages, ContinueLastTurn)
+
+
+def _gate_metadata(request: R) -> R:
+    """``request``, unless it gives ``metadata`` in a run recorded before requests could:
+    that run rejected the field as unknown, and its replay rejects it again (a handler, never a
+    validator: ``patched`` records a marker)."""
+    if "metadata" in request.model_fields_set and not workflow.patched(PATCH_METADATA):
+        raise Rejected(
+            INVALID_REQUEST, "malformed request: metadata: Extra inputs are not permitted"
+        )
+    return request
 
 
 def _sized(pending: PendingRequest) -> PendingRequest:
@@ -1123,6 +1168,7 @@ def _fit(carry: ConversationInput) -> ConversationInput:
             size -= len(to_json(items.pop(0))) + 1
     if size > MAX_CARRIED_BYTES:  # a body as large as a request: the continuation's default
         carry.last_body = {}
+        carry.last_metadata = {}
     return carry
 
 
@@ -1153,4 +1199,6 @@ def _details(request: PendingRequest) -> str:
         lines.append(f"### {message.role}\n{head}")
     if request.body:
         lines.append("**body**: `" + json.dumps(request.body)[:500] + "`")
+    if request.metadata:
+        lines.append("**metadata**: `" + json.dumps(request.metadata)[:500] + "`")
     return "\n\n".join(lines)[:20000]

@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         FAIL_TURN,
         FINISH_TURN,
         INVALID_ID,
+        INVALID_REQUEST,
         MAX_MODEL_ID_BYTES,
         MAX_TOOL_RESULT_BYTES,
         MODEL_STEP,
@@ -60,6 +61,7 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
         TurnStatus,
         id_problem,
+        metadata_problem,
     )
     from durable_turns.messages import Usage
     from durable_turns.workflows import options
@@ -191,6 +193,20 @@ class TurnWorkflow:
                 status="error",
                 error=error,
             )
+        problem = metadata_problem(inp.metadata) if inp.metadata else None
+        if problem and workflow.info().parent is None:
+            # Started directly with metadata no conversation accepts: touch nothing.
+            self._status = "error"
+            error = ErrorInfo(type=INVALID_REQUEST, message=f"invalid metadata: {problem}")
+            workflow.set_current_details(f"**error** ({INVALID_REQUEST}): {error.message}")
+            return TurnResult(
+                request_id=inp.request_id,
+                conversation_id=inp.conversation_id,
+                turn_number=inp.turn_number,
+                workflow_id=workflow.info().workflow_id,
+                status="error",
+                error=error,
+            )
         ref = TurnRef(
             conversation_id=inp.conversation_id,
             turn_number=inp.turn_number,
@@ -271,6 +287,7 @@ class TurnWorkflow:
             max_steps=inp.max_steps,
             attempt=run,
             regenerate=inp.regenerate,
+            metadata=inp.metadata,
         )
         summary = (
             "begin turn"
@@ -594,4 +611,6 @@ def _details(result: TurnResult) -> str:
     ]
     if result.error:
         lines.append(f"error ({result.error.type}): {result.error.message}")
+    if result.metadata:
+        lines.append("**metadata**: `" + to_json(result.metadata).decode()[:500] + "`")
     return "\n\n".join(lines)

@@ -17,7 +17,9 @@ may have:
 * ``reasoning``: streamed as reasoning deltas before the text
 * ``sources``: ``[{"url": ..., "title": ...}]`` streamed as source parts
 * ``raw``: a list of values streamed as raw chunks
-* ``tool_calls``: ``[{"name": ..., "input": {...}, "id": optional}]``
+* ``tool_calls``: ``[{"name": ..., "input": {...}, "id": optional}]``; ``"raw_args": TEXT``
+  instead of ``input`` sends TEXT as the arguments as they are (``"{city: Rome"``: a call
+  whose arguments are not JSON, as a provider hands it over)
 * ``provider_metadata``, ``warnings``: reported with the step's finish
 * ``delay_ms``: pause before each chunk (lets tests crash a worker mid-stream)
 * ``stall_s`` (+ ``stall_after_chunks``): stop sending chunks for that long
@@ -58,7 +60,12 @@ from durable_turns.messages import (
     ToolResultPart,
     Usage,
 )
-from durable_turns.models.base import ModelProvider, ModelRequest, ProviderError
+from durable_turns.models.base import (
+    ModelProvider,
+    ModelRequest,
+    ProviderError,
+    parse_tool_input,
+)
 
 BUILTIN_SCRIPTS: dict[str, list[dict[str, Any]]] = {
     "weather": [
@@ -221,11 +228,22 @@ class DemoProvider(ModelProvider):
         chunks += [TextDelta(text=w) for w in _WORDS.findall(" ".join([text] * repeat))]
         for i, call in enumerate(step.get("tool_calls", [])):
             call_id = call.get("id") or f"call_{len(request.messages)}_{position}_{i}"
-            args = json.dumps(_fill_json(call.get("input", {}), fills))
+            raw = call.get("raw_args")
+            args = (
+                str(raw)
+                if raw is not None
+                else json.dumps(_fill_json(call.get("input", {}), fills))
+            )
+            value, input_error = parse_tool_input(args)
             chunks.append(ToolInputStart(tool_call_id=call_id, tool_name=call["name"]))
             chunks.append(ToolInputDelta(tool_call_id=call_id, delta=args))
             chunks.append(
-                ToolCallChunk(tool_call_id=call_id, tool_name=call["name"], input=json.loads(args))
+                ToolCallChunk(
+                    tool_call_id=call_id,
+                    tool_name=call["name"],
+                    input=value,
+                    input_error=input_error,
+                )
             )
 
         for index, chunk in enumerate(chunks):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from durable_turns.store.base import (
     StepRecord,
     StoreUnavailable,
+    ToolCallRepair,
     ToolResultRecord,
     TranscriptStore,
     TurnNotOwned,
@@ -37,6 +38,7 @@ def open_store(url: str) -> TranscriptStore:
 __all__ = [
     "StepRecord",
     "StoreUnavailable",
+    "ToolCallRepair",
     "ToolResultRecord",
     "TranscriptStore",
     "TurnNotOwned",

@@ -43,6 +43,9 @@ class TurnRecord(BaseModel):
     """The owner was started by the turn's own conversation (not directly by a client)."""
     regenerates: str | None = None
     """A regenerating turn: the first message of the reply it superseded."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """The request's metadata (``SubmitMessages.metadata``, bounded by
+    ``MAX_METADATA_BYTES``): every hook context and the turn's result carry it."""
 
 
 class StoreUnavailable(Exception):
@@ -97,6 +100,24 @@ def owns(record_owner: str | None, owner: str | None) -> bool:
     return record_owner is not None and record_owner in (owner, "")
 
 
+class ToolCallRepair(BaseModel):
+    """What ``repair_tool_call`` did with one call of a step that did not validate, recorded
+    with the step (so never asked again): the model's call as it came, and the outcome."""
+
+    tool_name: str
+    """The name the model called."""
+    input: Any = None
+    """The input the model emitted (the raw text when it was not JSON)."""
+    problem: str
+    """``"unknown_tool"``, ``"invalid_json"`` or ``"invalid_input"``."""
+    error: str
+    """The validation error of the model's call."""
+    repaired: bool = False
+    """The hook returned a call: the step's part is that call (validated again when it runs)."""
+    hook_error: str | None = None
+    """The hook raised: this text is the call's tool error."""
+
+
 class StepRecord(BaseModel):
     step: int
     run: int = 0
@@ -117,6 +138,8 @@ class StepRecord(BaseModel):
     request: dict[str, Any] = Field(default_factory=dict)
     """What was asked of the model (``request_metadata``): model, settings, tool names,
     message count; never the messages themselves, nor header values."""
+    repairs: dict[str, ToolCallRepair] = Field(default_factory=dict)
+    """``repair_tool_call``'s outcomes, by tool call id (only calls that did not validate)."""
 
 
 class ToolResultRecord(BaseModel):

@@ -76,6 +76,7 @@ from durable_turns.web.requests import (
     ChatRequest,
     UIMessage,
     parse_chat_request,
+    request_metadata,
 )
 
 log = logging.getLogger("durable_turns.web")
@@ -167,8 +168,9 @@ class FrontDoor:
         body = request.body
         model = body.pop("model", None)
         model = model if isinstance(model, str) and model in self.models else None
+        metadata = request_metadata(request, body)
         if request.trigger == "regenerate-message":
-            return await self._regenerate(conv, request, body, model)
+            return await self._regenerate(conv, request, body, model, metadata)
         last = request.last
         if last is None:
             raise BadRequest(400, "InvalidRequest", "messages is empty")
@@ -180,7 +182,9 @@ class FrontDoor:
         record = await self._start(
             conv,
             request_id,
-            self.client.start(conv, [message], body=body, model=model, request_id=request_id),
+            self.client.start(
+                conv, [message], body=body, model=model, request_id=request_id, metadata=metadata
+            ),
         )
         if record.turn_number is None:  # cancelled before it ran
             return Reply(conv, 0, protocol.assistant_id(conv, 0), ended=record.status)
@@ -222,7 +226,12 @@ class FrontDoor:
         return ", ".join(sorted({str(p.get("tool_name")) for p in pending}))
 
     async def _regenerate(
-        self, conv: str, request: ChatRequest, body: dict[str, Any], model: str | None
+        self,
+        conv: str,
+        request: ChatRequest,
+        body: dict[str, Any],
+        model: str | None,
+        metadata: dict[str, Any] | None,
     ) -> Reply:
         target = request.messageId or await self._last_reply(conv)
         if not target.startswith(f"{conv}/turn-"):
@@ -232,7 +241,12 @@ class FrontDoor:
             conv,
             request_id,
             self.client.start_regenerate(
-                conv, target, body=body or None, model=model, request_id=request_id
+                conv,
+                target,
+                body=body or None,
+                model=model,
+                request_id=request_id,
+                metadata=metadata,
             ),
         )
         if record.turn_number is None:

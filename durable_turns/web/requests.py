@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import from_json, to_json
 
-from durable_turns.contract import validation_problems
+from durable_turns.contract import metadata_problem, validation_problems
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 """A request body over this many bytes is refused (413) before it is parsed. The transport
@@ -143,3 +143,20 @@ def parse_json(raw: bytes) -> Any:
         if "recursion limit" in problem:
             raise BadRequest(400, "InvalidPayload", "the JSON nests too deeply") from None
         raise BadRequest(400, "InvalidPayload", f"the body is not JSON: {problem[:200]}") from None
+
+
+def request_metadata(request: ChatRequest, body: dict[str, Any]) -> dict[str, Any] | None:
+    """The turn's ``metadata``: the transport's ``body.metadata`` (taken out of ``body``), else
+    the last message's own ``metadata`` (``sendMessage({text, metadata})``) when it is a user
+    message's; None when neither is given (a regeneration then keeps the last request's).
+    Not a bounded JSON object (``MAX_METADATA_BYTES``): 400."""
+    metadata = body.pop("metadata", None)
+    last = request.last
+    if metadata is None and last is not None and last.role == "user":
+        metadata = last.metadata
+    if metadata is None:
+        return None
+    problem = metadata_problem(metadata)
+    if problem:
+        raise BadRequest(400, "InvalidRequest", problem)
+    return dict(metadata)

@@ -9,6 +9,8 @@ request's body, so one class serves every test:
 * ``step_configs``: ``{"<step>": StepConfig as JSON}`` for ``before_step``;
 * ``mutate_messages``: ``before_step`` appends a text part to each of its messages in place;
 * ``tool_decisions``: ``{"<tool>": ToolCallDecision as JSON, or "raise"}``;
+* ``repairs``: ``{"<tool the model called>": RepairedToolCall as JSON, or "raise"}`` for
+  ``repair_tool_call`` (a name not listed: no repair);
 * ``follow_up``: ``{"text": ..., "model": ...}``: ``on_chat_response`` submits it as a new
   request to the same conversation (through a Temporal client, as an app would).
 
@@ -36,6 +38,7 @@ from durable_turns.hooks import (
     Session,
     StepContext,
     ToolCallContext,
+    ToolCallRepairContext,
     ToolCallResultContext,
     TurnContext,
     TurnHooks,
@@ -69,6 +72,7 @@ class RecordingHooks(TurnHooks):
     async def before_turn(self, ctx: TurnContext) -> Any:
         record(
             "before_turn",
+            metadata=ctx.metadata,
             request_id=ctx.request_id,
             continuation=ctx.continuation,
             turn_number=ctx.turn_number,
@@ -89,6 +93,7 @@ class RecordingHooks(TurnHooks):
     def before_step(self, ctx: PrepareStepContext) -> Any:  # sync on purpose
         record(
             "before_step",
+            metadata=ctx.metadata,
             step=ctx.step_number,
             model=ctx.model,
             steps=[s.step_number for s in ctx.steps],
@@ -105,20 +110,44 @@ class RecordingHooks(TurnHooks):
     async def before_tool_call(self, ctx: ToolCallContext) -> Any:
         record(
             "before_tool_call",
+            metadata=ctx.metadata,
             id=ctx.tool_call_id,
             tool=ctx.tool_name,
             input=ctx.input,
             step=ctx.step_number,
             message_count=len(ctx.messages),
+            repaired=ctx.repaired,
         )
         decision = (ctx.body.get("tool_decisions") or {}).get(ctx.tool_name)
         if decision == "raise":
             raise PermissionError("no tools today")
         return decision
 
+    async def repair_tool_call(self, ctx: ToolCallRepairContext) -> Any:
+        record(
+            "repair_tool_call",
+            metadata=ctx.metadata,
+            id=ctx.tool_call_id,
+            tool=ctx.tool_name,
+            input=ctx.input,
+            problem=ctx.problem,
+            error=ctx.error,
+            tools=sorted(t.name for t in ctx.tools),
+            step=ctx.step_number,
+            message_count=len(ctx.messages),
+            system=ctx.system,
+            request_id=ctx.request_id,
+        )
+        repair = (ctx.body.get("repairs") or {}).get(ctx.tool_name)
+        if repair == "raise":
+            raise LookupError("no repairs today")
+        return repair
+
     async def after_tool_call(self, ctx: ToolCallResultContext) -> None:
         record(
             "after_tool_call",
+            metadata=ctx.metadata,
+            repaired=ctx.repaired,
             id=ctx.tool_call_id,
             tool=ctx.tool_name,
             input=ctx.input,
@@ -133,6 +162,7 @@ class RecordingHooks(TurnHooks):
     async def on_step_finish(self, ctx: StepContext) -> None:
         record(
             "on_step_finish",
+            metadata=ctx.metadata,
             step=ctx.step_number,
             text=ctx.text,
             reasoning=ctx.reasoning_text,
@@ -149,6 +179,7 @@ class RecordingHooks(TurnHooks):
         chunk = ctx.chunk
         record(
             "on_chunk",
+            metadata=ctx.metadata,
             type=chunk.type,
             step=ctx.step_number,
             id=getattr(chunk, "tool_call_id", None),
@@ -160,6 +191,7 @@ class RecordingHooks(TurnHooks):
     async def on_chat_response(self, result: ChatResponseResult) -> None:
         record(
             "on_chat_response",
+            metadata=result.metadata,
             request_id=result.request_id,
             continuation=result.continuation,
             status=result.status,
@@ -175,6 +207,7 @@ class RecordingHooks(TurnHooks):
     async def on_chat_error(self, error: Exception, ctx: ChatErrorContext) -> Exception:
         record(
             "on_chat_error",
+            metadata=ctx.metadata,
             error=str(error),
             type=getattr(error, "type", None),
             stage=ctx.stage,
@@ -185,7 +218,7 @@ class RecordingHooks(TurnHooks):
         return RuntimeError(f"Sorry, that failed ({ctx.stage}): {error}")
 
     async def classify_chat_error(self, error: Exception | str, ctx: ChatErrorContext) -> Any:
-        record("classify_chat_error", error=str(error), stage=ctx.stage)
+        record("classify_chat_error", error=str(error), stage=ctx.stage, metadata=ctx.metadata)
         return default_context_overflow_classifier(error)
 
 
