@@ -142,6 +142,7 @@ class BeginActivities:
                 else None
             ),
             max_compactions=max(overflow.max_compactions, 1),
+            crash_retries=settings.crash_retries,
         )
 
 

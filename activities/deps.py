@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from durable_turns.activities import heartbeats
 from durable_turns.activities.errors import INVALID_MODEL, taken_over
 from durable_turns.activities.lifecycle import Lifecycle
 from durable_turns.activities.patient_store import PatientStore
@@ -156,7 +156,7 @@ class ActivityDeps:
         if self.streams is None:
             yield None
             return
-        attempt = activity.info().attempt
+        attempt = heartbeats.attempt()
         async with ChunkPublisher(self.streams, turn_id, step=step, attempt=attempt) as publisher:
             yield publisher
 

@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from temporalio import activity
 
-from durable_turns.activities import loopwatch
+from durable_turns.activities import heartbeats, loopwatch
 from durable_turns.activities.errors import hook_failure
 from durable_turns.contract import TurnRef
 from durable_turns.hooks.base import TurnHooks, overrides
@@ -190,7 +190,7 @@ class Lifecycle:
         on_chunk = self.hooks.on_chunk
         conversation_id = turn.conversation_id if turn else ""
         turn_number = turn.turn_number if turn else 0
-        attempt = activity.info().attempt if activity.in_activity() else 1
+        attempt = heartbeats.attempt()
 
         async def observe(chunk: StreamPart) -> None:
             if chunk.type not in types:

@@ -14,10 +14,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import context as ctx_build
+from durable_turns.activities import heartbeats
 from durable_turns.activities.context import request_metadata
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.errors import (
     INVALID_REQUEST,
+    STORE_UNAVAILABLE,
     STREAM_STALLED,
     WORKER_SHUTDOWN,
     provider_failure,
@@ -57,6 +59,7 @@ class ModelStepActivities:
     @activity.defn(name=MODEL_STEP)
     async def model_step(self, inp: ModelStepInput) -> StepSummary:
         """One model call: on_step_finish(prev) → before_step → stream → persist."""
+        heartbeats.count_attempt(inp.attempt, inp.failures)
         # Heartbeats from the first line: a slow before_step or on_step_finish, or a first
         # use of a provider (its SDK import), is a live worker, not a dead one; and a
         # cancelChat reaches the step before its stream starts too.
@@ -99,14 +102,14 @@ class ModelStepActivities:
             )
         async with self.deps.publisher(turn.turn_id, inp.step) as publisher:
             if publisher is not None:
-                if activity.info().attempt > 1:  # readers drop what earlier attempts streamed
-                    await publisher.reset(activity.info().attempt, reason="retry")
+                if heartbeats.attempt() > 1:  # readers drop what earlier attempts streamed
+                    await publisher.reset(heartbeats.attempt(), reason="retry")
                 publisher.open_step(inp.step, {"model": model})
             partial = StepSnapshot()
             try:
                 snapshot = await self._stream(provider, request, config, inp, publisher, partial)
             except ApplicationError as e:
-                if partial.parts and _is_final(e):
+                if partial.parts and _is_final(e, inp):
                     # The turn fails with this error: what the last attempt streamed is kept
                     # for fail_turn (and so on_chat_error/on_chat_response), marked "error".
                     failed = _record(inp.step, turn.run, model, partial)
@@ -163,7 +166,7 @@ class ModelStepActivities:
             cached_prompt=(await self.deps.session()).cached_prompt,
             cache=(config.cache or CacheConfig()).merged(step.cache),
             conversation_id=conversation_id,
-            attempt=activity.info().attempt,
+            attempt=heartbeats.attempt(),
             **{k: getattr(config, k) for k in SAMPLING},
         )
 
@@ -221,10 +224,12 @@ class ModelStepActivities:
         return await self.deps.lifecycle.classify(error, ctx) == "context_overflow"
 
 
-def _is_final(error: ApplicationError) -> bool:
+def _is_final(error: ApplicationError, inp: ModelStepInput) -> bool:
     """Whether this attempt's failure ends the step: not retryable, or its last attempt."""
     if error.non_retryable:
         return True
+    if inp.attempt:  # the workflow counts the attempts (and says which is the last)
+        return inp.last_try and error.type not in (WORKER_SHUTDOWN, STORE_UNAVAILABLE)
     policy = activity.info().retry_policy
     most = policy.maximum_attempts if policy is not None else 0
     return most > 0 and activity.info().attempt >= most

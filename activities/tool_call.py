@@ -14,6 +14,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import context as ctx_build
+from durable_turns.activities import heartbeats
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.heartbeats import keep_alive
 from durable_turns.activities.lifecycle import OnChunk
@@ -39,6 +40,7 @@ class ToolCallActivities:
     @activity.defn(name=TOOL_CALL)
     async def tool_call(self, inp: ToolCallInput) -> ToolOutcome:
         """before_tool_call → execute (or block / substitute) → after_tool_call → persist."""
+        heartbeats.count_attempt(inp.attempt, inp.failures)
         ref = inp.turn
         state = await self.deps.turn_state(ref)  # TurnTakenOver when another run owns it
         turn, steps = state.turn, state.steps
@@ -164,7 +166,7 @@ class ToolCallActivities:
             turn_number=turn.turn_number,
             request_id=turn.request_id,
             step_number=inp.step,
-            attempt=activity.info().attempt,
+            attempt=heartbeats.attempt(),
             heartbeat=activity.heartbeat,
             experimental_context=step.experimental_context,
         )

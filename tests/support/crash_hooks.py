@@ -1,0 +1,24 @@
+"""Hooks that kill their worker (``TURNS_HOOKS=tests.support.crash_hooks:CrashingStep``).
+
+``before_step`` SIGKILLs the worker running the model step while the file
+``TEST_CRASH_FILE`` has fewer than ``TEST_CRASH_TIMES`` lines (one is added per kill): a
+step whose worker dies that many times, then runs."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+from durable_turns.hooks import PrepareStepContext, TurnHooks
+
+
+class CrashingStep(TurnHooks):
+    def before_step(self, ctx: PrepareStepContext) -> None:  # sync: runs in a thread
+        path = Path(os.environ["TEST_CRASH_FILE"])
+        kills = len(path.read_text().splitlines()) if path.exists() else 0
+        if kills < int(os.environ.get("TEST_CRASH_TIMES", "0")):
+            with path.open("a") as f:
+                f.write(f"step {ctx.step_number}\n")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return None

@@ -1,0 +1,112 @@
+"""Crash loops are bounded, at the default budgets: a worker's death and a provider's failure
+are counted apart (``TURNS_CRASH_RETRIES``, 5 worker deaths, and ``TURNS_MODEL_RETRIES``, 2
+more tries of a failing model step), with real worker processes that die by SIGKILL and a
+supervisor that starts a new one each time, as a deployment's would."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from durable_turns.config import Settings
+from durable_turns.contract import MODEL_STEP, TOOL_CALL, WORKER_CRASH_LOOP
+from tests.support.harness import Harness, WorkerProcess
+from tests.support.history import activity_attempts
+
+CRASH_RETRIES = Settings().crash_retries
+MODEL_TRIES = Settings().model_retries + 1
+TOOLS = "tests.support.tools,tests.support.crash_tools"
+
+
+@contextlib.asynccontextmanager
+async def supervised(harness: Harness, **env: str) -> AsyncIterator[list[WorkerProcess]]:
+    """One worker at a time, started again whenever it dies; yields the workers started."""
+    started = [harness.start_worker(**env)]
+
+    async def watch() -> None:
+        while True:
+            if started[-1].proc.poll() is not None:
+                started.append(await asyncio.to_thread(harness.start_worker, **env))
+            await asyncio.sleep(0.1)
+
+    task = asyncio.create_task(watch())
+    try:
+        yield started
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def test_tool_that_kills_its_worker_every_time_ends_the_turn(harness: Harness) -> None:
+    conversation = harness.conv("crash-loop-tool")
+    model = harness.script([{"tool_calls": [{"name": "crash", "input": {}}]}, {"text": "never"}])
+    async with supervised(harness, TURNS_TOOLS=TOOLS) as workers:
+        request = await harness.turns.submit(conversation, "crash it", model=model)
+        result = await asyncio.wait_for(harness.turns.wait(conversation, request), 240)
+        assert result.status == "error", result
+        assert result.error is not None
+        assert result.error.type == WORKER_CRASH_LOOP, result.error
+        assert result.error.stage == "tool"
+        died = f"tool crash: the worker running it died {CRASH_RETRIES + 1} times"
+        assert result.error.message.startswith(died), result.error.message
+        runs = [r for r in harness.tool_runs() if r["tool"] == "crash"]
+        assert len(runs) == CRASH_RETRIES + 1, "run once, then once per allowed retry"
+        assert len({r["id"] for r in runs}) == 1
+        assert [r["attempt"] for r in runs] == list(range(1, CRASH_RETRIES + 2))
+        assert len(workers) >= CRASH_RETRIES + 2  # each run killed one
+        # the user's message is kept and the conversation takes the next one
+        messages = await (await harness.store()).messages(conversation)
+        assert messages[0].role == "user" and messages[0].parts[0].text == "crash it"  # type: ignore[union-attr]
+        after = await asyncio.wait_for(
+            harness.send(conversation, "hello", model=harness.script([{"text": "still here"}])),
+            60,
+        )
+        assert after.status == "completed" and after.text == "still here"
+        roles = [m.role for m in await (await harness.store()).messages(conversation)]
+        assert roles[0] == "user" and roles[-2:] == ["user", "assistant"]
+
+
+async def test_model_step_outlives_more_worker_deaths_than_provider_tries(
+    harness: Harness,
+) -> None:
+    """A deploy storm: the step's worker dies 4 times, more than the 3 tries a failing
+    provider gets, fewer than the 6 deaths a crash loop gets; the turn completes."""
+    kills = MODEL_TRIES + 1
+    assert kills <= CRASH_RETRIES
+    env = {
+        "TURNS_HOOKS": "tests.support.crash_hooks:CrashingStep",
+        "TEST_CRASH_FILE": str(harness.tmp / "kills.txt"),
+        "TEST_CRASH_TIMES": str(kills),
+    }
+    conversation = harness.conv("crash-storm")
+    async with supervised(harness, **env) as workers:
+        model = harness.script([{"text": "made it"}])
+        request = await harness.turns.submit(conversation, "hi", model=model)
+        result = await asyncio.wait_for(harness.turns.wait(conversation, request), 180)
+    assert result.status == "completed", result.error
+    assert result.text == "made it"
+    assert len((harness.tmp / "kills.txt").read_text().splitlines()) == kills
+    assert len(workers) == kills + 1
+    attempts = await activity_attempts(harness, result.workflow_id, MODEL_STEP)
+    assert attempts == list(range(1, kills + 2))
+    roles = [m.role for m in await (await harness.store()).messages(conversation)]
+    assert roles == ["user", "assistant"]
+
+
+async def test_failing_provider_still_fails_after_its_few_tries(harness: Harness) -> None:
+    conversation = harness.conv("crash-provider")
+    error = {"message": "overloaded", "status": 529, "kind": "transient"}
+    model = harness.script([{"error": error}])
+    async with supervised(harness):
+        request = await harness.turns.submit(conversation, "hi", model=model)
+        result = await asyncio.wait_for(harness.turns.wait(conversation, request), 120)
+    assert result.status == "error"
+    assert result.error is not None and result.error.type == "ProviderTransientError"
+    assert result.error.stage == "stream"
+    attempts = await activity_attempts(harness, result.workflow_id, MODEL_STEP)
+    assert attempts == list(range(1, MODEL_TRIES + 1))
+    assert await activity_attempts(harness, result.workflow_id, TOOL_CALL) == []
+    roles = [m.role for m in await (await harness.store()).messages(conversation)]
+    assert roles[0] == "user"
