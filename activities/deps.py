@@ -17,7 +17,7 @@ from typing import Any
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import heartbeats
-from durable_turns.activities.errors import INVALID_MODEL, taken_over
+from durable_turns.activities.errors import INVALID_MODEL, crash_loop, taken_over
 from durable_turns.activities.lifecycle import Lifecycle
 from durable_turns.activities.patient_store import PatientStore
 from durable_turns.config import Settings
@@ -147,6 +147,14 @@ class ActivityDeps:
         if config.timeout and config.timeout.chunk_ms:
             return config.timeout.chunk_ms
         return self.settings.stall_timeout_ms
+
+    def check_crashes(self, turn: TurnRecord, stage: str) -> None:
+        """Raise ``WorkerCrashLoop`` when the local activity ``turn.running`` names (marked
+        with ``store.base.started``) found its earlier attempts dead once more than
+        ``TURNS_CRASH_RETRIES`` allows: it is not run again."""
+        deaths = turn.crashes.get(turn.running or "", 0)
+        if deaths > self.settings.crash_retries:
+            raise crash_loop(stage, deaths, self.settings.crash_retries)
 
     @contextlib.asynccontextmanager
     async def publisher(

@@ -134,6 +134,10 @@ class Lifecycle:
     def overrides(self, hook: str) -> bool:
         return hook in self._overridden
 
+    def runs_code(self, hook: str) -> bool:
+        """Whether ``hook`` runs anything of the user's: the subclass's or an extension's."""
+        return hook in self._overridden or self.extensions.subscribed(hook)
+
     async def _hook(self, name: str, *args: Any) -> Any:
         """The subclass's hook ``name``; the base class's no-op defaults run inline."""
         fn = getattr(self.hooks, name)

@@ -110,3 +110,33 @@ async def test_failing_provider_still_fails_after_its_few_tries(harness: Harness
     assert await activity_attempts(harness, result.workflow_id, TOOL_CALL) == []
     roles = [m.role for m in await (await harness.store()).messages(conversation)]
     assert roles[0] == "user"
+
+
+async def test_before_turn_that_kills_its_worker_on_some_input_ends_the_turn(
+    harness: Harness,
+) -> None:
+    """``before_turn`` runs in ``begin_turn``, a local activity: its worker's death is seen
+    when the workflow task times out (10 s), and counted in the turn's stored record."""
+    log = harness.tmp / "before_turn.txt"
+    env = {
+        "TURNS_HOOKS": "tests.support.crash_hooks:CrashingBeforeTurn",
+        "TEST_CRASH_FILE": str(log),
+    }
+    conversation = harness.conv("crash-loop-hook")
+    async with supervised(harness, **env):
+        request = await harness.turns.submit(conversation, "please crash", model="demo:echo")
+        result = await asyncio.wait_for(harness.turns.wait(conversation, request), 300)
+        assert result.status == "error", result
+        assert result.error is not None and result.error.type == WORKER_CRASH_LOOP
+        assert result.error.stage == "turn"
+        assert result.error.message.startswith(
+            f"begin turn (before_turn): the worker running it died {CRASH_RETRIES + 1} times"
+        ), result.error.message
+        calls = log.read_text().splitlines()
+        assert calls == ["before_turn please crash"] * (CRASH_RETRIES + 1)
+        [user] = await (await harness.store()).messages(conversation)
+        assert user.text == "please crash"
+        after = await asyncio.wait_for(harness.send(conversation, "hello", model="demo:echo"), 60)
+        assert after.status == "completed", after.error
+    roles = [m.role for m in await (await harness.store()).messages(conversation)]
+    assert roles == ["user", "user", "assistant"]

@@ -10,7 +10,7 @@ import os
 import signal
 from pathlib import Path
 
-from durable_turns.hooks import PrepareStepContext, TurnHooks
+from durable_turns.hooks import PrepareStepContext, TurnContext, TurnHooks
 
 
 class CrashingStep(TurnHooks):
@@ -20,5 +20,18 @@ class CrashingStep(TurnHooks):
         if kills < int(os.environ.get("TEST_CRASH_TIMES", "0")):
             with path.open("a") as f:
                 f.write(f"step {ctx.step_number}\n")
+            os.kill(os.getpid(), signal.SIGKILL)
+        return None
+
+
+class CrashingBeforeTurn(TurnHooks):
+    """``before_turn`` kills its worker whenever the user's last message says "crash": a
+    native library that segfaults on some input. Each call is logged to ``TEST_CRASH_FILE``."""
+
+    def before_turn(self, ctx: TurnContext) -> None:  # sync: runs in a thread
+        text = ctx.messages[-1].text if ctx.messages else ""
+        with Path(os.environ["TEST_CRASH_FILE"]).open("a") as f:
+            f.write(f"before_turn {text}\n")
+        if "crash" in text:
             os.kill(os.getpid(), signal.SIGKILL)
         return None
