@@ -55,6 +55,13 @@ async def record(harness: Harness, conversation: str) -> list[WorkflowHistory]:
     await harness.send(conversation, "fails", model="nosuch:model")
     await harness.client.get_workflow_handle(conversation).signal("submitMessages", {"bad": True})
     await harness.send(conversation, "after", model="demo:echo")
+    # a provider's transient error on the first attempt: the workflow's own retry, a timer
+    overloaded = {"message": "overloaded", "status": 529, "kind": "transient"}
+    await harness.send(
+        conversation,
+        "retry",
+        model=harness.script([{"text": "recovered", "error": overloaded, "attempts": 1}]),
+    )
     # a regeneration of the last reply, and one naming no message (a typed error)
     await harness.turns.regenerate(conversation)
     await harness.turns.regenerate(conversation, f"{conversation}/turn-99/assistant")
