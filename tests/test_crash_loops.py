@@ -140,3 +140,52 @@ async def test_before_turn_that_kills_its_worker_on_some_input_ends_the_turn(
         assert after.status == "completed", after.error
     roles = [m.role for m in await (await harness.store()).messages(conversation)]
     assert roles == ["user", "user", "assistant"]
+
+
+async def test_on_step_finish_that_kills_its_worker_ends_the_turn(harness: Harness) -> None:
+    """The last ``on_step_finish`` runs in ``finish_turn``, a local activity: past the
+    budget the turn fails with ``WorkerCrashLoop``, keeping the reply the model streamed."""
+    log = harness.tmp / "hooks.txt"
+    env = {"TURNS_HOOKS": "tests.support.crash_hooks:CrashingEnd", "TEST_CRASH_FILE": str(log)}
+    conversation = harness.conv("crash-loop-finish")
+    async with supervised(harness, **env):
+        request = await harness.turns.submit(
+            conversation, "hi", model="demo:echo", request_id="crash-finish"
+        )
+        result = await asyncio.wait_for(harness.turns.wait(conversation, request), 300)
+        assert result.status == "error", result
+        assert result.error is not None and result.error.type == WORKER_CRASH_LOOP
+        assert result.error.stage == "persist"
+        assert result.error.message.startswith(
+            f"finish turn (on_step_finish): the worker running it died {CRASH_RETRIES + 1} times"
+        ), result.error.message
+        calls = log.read_text().splitlines()
+        finish = ["on_step_finish crash-finish"] * (CRASH_RETRIES + 1)
+        assert calls == [*finish, "on_chat_error crash-finish"]
+        [user, reply] = await (await harness.store()).messages(conversation)
+        assert user.text == "hi" and reply.text == "You said: hi"
+        after = await asyncio.wait_for(harness.send(conversation, "again", model="demo:echo"), 60)
+        assert after.status == "completed", after.error
+
+
+async def test_on_chat_error_that_kills_its_worker_is_given_up(harness: Harness) -> None:
+    """``on_chat_error`` runs in ``fail_turn``: past the budget the turn's own error is shown
+    without it, and the conversation goes on."""
+    log = harness.tmp / "hooks.txt"
+    env = {"TURNS_HOOKS": "tests.support.crash_hooks:CrashingEnd", "TEST_CRASH_FILE": str(log)}
+    conversation = harness.conv("crash-loop-fail")
+    rejected = {"message": "bad request", "status": 400, "kind": "invalid_request"}
+    async with supervised(harness, **env):
+        request = await harness.turns.submit(
+            conversation, "hi", model=harness.script([{"error": rejected}]), request_id="crash-fail"
+        )
+        result = await asyncio.wait_for(harness.turns.wait(conversation, request), 300)
+        assert result.status == "error", result
+        assert result.error is not None and result.error.type == "ProviderError"
+        assert "bad request" in result.error.message
+        calls = log.read_text().splitlines()
+        assert calls == ["on_chat_error crash-fail"] * (CRASH_RETRIES + 1)
+        [user] = await (await harness.store()).messages(conversation)
+        assert user.text == "hi"
+        after = await asyncio.wait_for(harness.send(conversation, "again", model="demo:echo"), 60)
+        assert after.status == "completed", after.error

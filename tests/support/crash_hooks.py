@@ -10,7 +10,13 @@ import os
 import signal
 from pathlib import Path
 
-from durable_turns.hooks import PrepareStepContext, TurnContext, TurnHooks
+from durable_turns.hooks import (
+    ChatErrorContext,
+    PrepareStepContext,
+    StepContext,
+    TurnContext,
+    TurnHooks,
+)
 
 
 class CrashingStep(TurnHooks):
@@ -35,3 +41,23 @@ class CrashingBeforeTurn(TurnHooks):
         if "crash" in text:
             os.kill(os.getpid(), signal.SIGKILL)
         return None
+
+
+class CrashingEnd(TurnHooks):
+    """The last ``on_step_finish`` (in ``finish_turn``) kills its worker whenever the turn's
+    request id starts with ``crash-finish``, ``on_chat_error`` (in ``fail_turn``) when it
+    starts with ``crash-fail``. Each call is logged to ``TEST_CRASH_FILE``."""
+
+    def on_step_finish(self, ctx: StepContext) -> None:  # sync: runs in a thread
+        _maybe_crash("on_step_finish", ctx.request_id, "crash-finish")
+
+    def on_chat_error(self, error: Exception, ctx: ChatErrorContext) -> Exception:
+        _maybe_crash("on_chat_error", ctx.request_id, "crash-fail")
+        return error
+
+
+def _maybe_crash(hook: str, request_id: str | None, crashing: str) -> None:
+    with Path(os.environ["TEST_CRASH_FILE"]).open("a") as f:
+        f.write(f"{hook} {request_id}\n")
+    if request_id and request_id.startswith(crashing):
+        os.kill(os.getpid(), signal.SIGKILL)
