@@ -175,7 +175,7 @@ class Settings:
             heartbeat_timeout_s=float(_env("TURNS_HEARTBEAT_TIMEOUT_S", "30") or 30),
             step_timeout_s=float(_env("TURNS_STEP_TIMEOUT_S", "600") or 600),
             model_retries=int(_env("TURNS_MODEL_RETRIES", "2") or 2),
-            crash_retries=int(_env("TURNS_CRASH_RETRIES", "5") or 0),
+            crash_retries=int(_env("TURNS_CRASH_RETRIES", "5") or 5),
             client_tool_timeout_s=float(_env("TURNS_CLIENT_TOOL_TIMEOUT_S", "3600") or 3600),
             shutdown_grace_s=float(_env("TURNS_SHUTDOWN_GRACE_S", "10") or 0),
             cancel_check_ms=int(_env("TURNS_CANCEL_CHECK_MS", "500") or 0),

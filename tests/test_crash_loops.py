@@ -9,7 +9,9 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 
-from durable_turns.config import Settings
+import pytest
+
+from durable_turns.config import MAX_CRASH_RETRIES, Settings
 from durable_turns.contract import MODEL_STEP, TOOL_CALL, WORKER_CRASH_LOOP
 from tests.support.harness import Harness, WorkerProcess
 from tests.support.history import activity_attempts
@@ -17,6 +19,15 @@ from tests.support.history import activity_attempts
 CRASH_RETRIES = Settings().crash_retries
 MODEL_TRIES = Settings().model_retries + 1
 TOOLS = "tests.support.tools,tests.support.crash_tools"
+
+
+def test_the_crash_budget_is_a_bounded_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert Settings().crash_retries == 5
+    monkeypatch.setenv("TURNS_CRASH_RETRIES", "0")
+    assert Settings.from_env().crash_retries == 0  # no run again after a death
+    for bad in (-1, MAX_CRASH_RETRIES + 1):
+        with pytest.raises(ValueError, match="TURNS_CRASH_RETRIES must be between 0 and 50"):
+            Settings(crash_retries=bad)
 
 
 @contextlib.asynccontextmanager
