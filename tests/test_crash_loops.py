@@ -13,8 +13,10 @@ import pytest
 
 from durable_turns.config import MAX_CRASH_RETRIES, Settings
 from durable_turns.contract import MODEL_STEP, TOOL_CALL, WORKER_CRASH_LOOP
+from durable_turns.workflows.options import CHAT_RESPONSE_CRASH_RETRIES
 from tests.support.harness import Harness, WorkerProcess
 from tests.support.history import activity_attempts
+from tests.support.probes import wait_until
 
 CRASH_RETRIES = Settings().crash_retries
 MODEL_TRIES = Settings().model_retries + 1
@@ -200,3 +202,41 @@ async def test_on_chat_error_that_kills_its_worker_is_given_up(harness: Harness)
         assert user.text == "hi"
         after = await asyncio.wait_for(harness.send(conversation, "again", model="demo:echo"), 60)
         assert after.status == "completed", after.error
+
+
+async def test_on_chat_response_that_kills_its_worker_is_given_up(harness: Harness) -> None:
+    """``on_chat_response`` runs after the turn, in the conversation's own activity: past
+    the budget it is given up (a warning), the turn's result stands, the conversation goes
+    on; before, Temporal retried it without limit."""
+    log = harness.tmp / "hooks.txt"
+    env = {"TURNS_HOOKS": "tests.support.crash_hooks:CrashingEnd", "TEST_CRASH_FILE": str(log)}
+    conversation = harness.conv("crash-loop-respond")
+    responses = CHAT_RESPONSE_CRASH_RETRIES + 1
+    async with supervised(harness, **env) as workers:
+        request = await harness.turns.submit(
+            conversation, "hi", model="demo:echo", request_id="crash-respond"
+        )
+        result = await asyncio.wait_for(harness.turns.wait(conversation, request), 60)
+        assert result.status == "completed" and result.text == "You said: hi"
+
+        def given_up() -> bool:
+            calls = log.read_text().splitlines() if log.exists() else []
+            return calls.count("on_chat_response crash-respond") >= responses
+
+        await wait_until(given_up, 300)
+        handle = harness.client.get_workflow_handle(conversation)
+
+        async def settled() -> bool:
+            return not (await handle.describe()).raw_description.pending_activities
+
+        await wait_until(settled, 60)
+        calls = log.read_text().splitlines()
+        assert calls.count("on_chat_response crash-respond") == responses
+        assert len(workers) == responses + 1
+        after = await asyncio.wait_for(harness.send(conversation, "again", model="demo:echo"), 60)
+        assert after.status == "completed", after.error
+        assert any(
+            WORKER_CRASH_LOOP in w.log_tail(100_000)
+            and "on_chat_response of turn 1" in w.log_tail(100_000)
+            for w in workers
+        )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from durable_turns.hooks import (
     ChatErrorContext,
+    ChatResponseResult,
     PrepareStepContext,
     StepContext,
     TurnContext,
@@ -54,6 +55,9 @@ class CrashingEnd(TurnHooks):
     def on_chat_error(self, error: Exception, ctx: ChatErrorContext) -> Exception:
         _maybe_crash("on_chat_error", ctx.request_id, "crash-fail")
         return error
+
+    def on_chat_response(self, result: ChatResponseResult) -> None:
+        _maybe_crash("on_chat_response", result.request_id, "crash-respond")
 
 
 def _maybe_crash(hook: str, request_id: str | None, crashing: str) -> None:
