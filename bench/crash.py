@@ -6,7 +6,7 @@ attempt only (so the retried attempt streams at once and what we time is the rec
 a replay of the scripted slowness). The worker running the step (its identity, ``pid@host``,
 is in the workflow's pending activity) is killed with SIGKILL; we time from the kill to the
 turn's completion, and subtract the heartbeat timeout: what is left is what the recovery
-costs beyond the configured detection time (the workflow task that schedules the retry, the SDK's
+costs beyond the configured detection time (the retry policy's first backoff, the SDK's
 heartbeat throttling, the rest of the turn).
 """
 
@@ -148,9 +148,8 @@ async def run(b: Bench) -> tuple[list[Row], dict[str, Any]]:
             ms(done - HEARTBEAT_TIMEOUT_S),
             f"kill → done {ms(done)}; heartbeat timeout {HEARTBEAT_TIMEOUT_S:g} s",
             note=f"median of {repeats} kill(s). Kill → retried model step started: {ms(retry)}"
-            " (heartbeat timeout; the SDK throttles heartbeats to 0.8 × the timeout; the"
-            " workflow retries a first death at once, once a workflow task takes the"
-            " timeout in). Then, in"
+            " (heartbeat timeout; the SDK throttles heartbeats to 0.8 × the timeout, and the"
+            " retry policy's first backoff is 1 s). Then, in"
             f" {stuck} of {repeats} run(s), the turn's next workflow task waited on the dead"
             f" worker's sticky queue until it timed out (median wait {ms(sticky)}; {sticky_setting()})",
         ),

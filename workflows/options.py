@@ -131,10 +131,9 @@ async def with_budgets(
 
     The last failure is raised as it came; past the deaths budget, a non-retryable
     ``WorkerCrashLoop`` naming ``stage`` (``kind``, the Think stage, is its first detail).
-    Each retry waits with backoff on a durable timer: 1 s doubling, at most ``most_wait_s``,
-    after failures; after deaths, whose heartbeat timeout has been waited already, none after
-    the first, then 1 s doubling, at most 10 s. A few events per retry in the history, none
-    when the first attempt succeeds."""
+    Each retry waits with backoff on a durable timer (1 s doubling, at most ``most_wait_s``
+    after failures, 10 s after deaths, whose heartbeat timeout has been waited already): a few
+    events per retry in the history, none when the first attempt succeeds."""
     deaths = failures = 0
     attempt = 1
     while True:
@@ -155,10 +154,7 @@ async def with_budgets(
                         type=WORKER_CRASH_LOOP,
                         non_retryable=True,
                     ) from err
-                # at once after the first death (its heartbeat timeout was the wait), then
-                # 1 s doubling: a crash loop is spaced out, a deploy's one kill is not
-                wait = backoff(deaths - 1, 10.0) if deaths > 1 else timedelta(0)
-                why = f"worker died ({deaths})"
+                wait, why = backoff(deaths, 10.0), f"worker died ({deaths})"
             else:
                 failures += 1
                 if tries > 0 and failures >= tries:
@@ -168,8 +164,7 @@ async def with_budgets(
                 if isinstance(cause, ApplicationError) and cause.next_retry_delay:
                     wait = cause.next_retry_delay  # the provider's retry-after
             attempt += 1
-            if wait > timedelta(0):
-                await workflow.sleep(wait, summary=f"retry {stage}: {why}")
+            await workflow.sleep(wait, summary=f"retry {stage}: {why}")
 
 
 def _cause(err: ActivityError) -> str:
