@@ -82,7 +82,7 @@ async def test_fresh_histories_replay(harness: Harness) -> None:
 
 
 async def test_recorded_histories_replay() -> None:
-    files = sorted(HISTORIES.glob("*.json"))
+    files = sorted(HISTORIES.rglob("*.json"))
     assert files, "recorded histories are missing"
     for path in files:
         history = WorkflowHistory.from_json(
