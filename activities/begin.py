@@ -42,15 +42,21 @@ class BeginActivities:
                 run=inp.attempt,
                 owner=ref.owner,
                 by_conversation=ref.by_conversation,
+                running=f"begin:{inp.attempt}",
             )
             # The turn is this run's from here on: what another run stored under its id is
             # deleted first, never reused; a conversation's turn is never taken by a run
             # started elsewhere (which then writes nothing, not even its messages).
-            if not await deps.store.claim_turn(turn):
+            claimed = await deps.store.claim_turn(turn)
+            if claimed is None:
                 raise taken_over(ref.turn_id, "it is its conversation's turn")
+            # The claim counted an earlier attempt of this begin that never ended: its worker
+            # died (in before_turn, a compaction…). The user's messages are kept either way.
+            turn.crashes = claimed.crashes
             await deps.store.add_messages(
                 ref.conversation_id, inp.new_messages, ref.turn_id, owner=ref.owner
             )
+            deps.check_crashes(turn, "begin turn (before_turn)")
             # The transcript is read once here (again only after a compaction changed it).
             transcript = await deps.store.messages(ref.conversation_id)
             if inp.regenerate is not None:
@@ -59,7 +65,7 @@ class BeginActivities:
                 gone = set(marked)
                 transcript = [m for m in transcript if m.id not in gone]
             if inp.continuation and not _can_continue(transcript):
-                turn.status = "skipped"
+                turn.status, turn.running = "skipped", None
                 await deps.store.save_turn(turn)
                 return TurnPlan(model=model, max_steps=0, skip=True)
             if await self._compact_after(turn, model, transcript):
@@ -75,6 +81,7 @@ class BeginActivities:
         turn.config = config.model_copy(update={"model": model}).model_dump(
             mode="json", exclude_none=True
         )
+        turn.running = None
         await deps.store.save_turn(turn)
         return self._plan(config, model, inp)
 
@@ -146,6 +153,7 @@ class BeginActivities:
                 else None
             ),
             max_compactions=max(overflow.max_compactions, 1),
+            crash_retries=settings.crash_retries,
         )
 
 

@@ -17,7 +17,8 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from durable_turns.activities.errors import INVALID_MODEL, taken_over
+from durable_turns.activities import heartbeats
+from durable_turns.activities.errors import INVALID_MODEL, crash_loop, taken_over
 from durable_turns.activities.lifecycle import Lifecycle
 from durable_turns.activities.patient_store import PatientStore
 from durable_turns.config import Settings
@@ -149,6 +150,14 @@ class ActivityDeps:
             return config.timeout.chunk_ms
         return self.settings.stall_timeout_ms
 
+    def check_crashes(self, turn: TurnRecord, stage: str) -> None:
+        """Raise ``WorkerCrashLoop`` when the local activity ``turn.running`` names (marked
+        with ``store.base.started``) found its earlier attempts dead once more than
+        ``TURNS_CRASH_RETRIES`` allows: it is not run again."""
+        deaths = turn.crashes.get(turn.running or "", 0)
+        if deaths > self.settings.crash_retries:
+            raise crash_loop(stage, deaths, self.settings.crash_retries)
+
     @contextlib.asynccontextmanager
     async def publisher(
         self, turn: TurnRef | TurnRecord, step: int | None, *, once: str | None = None
@@ -165,12 +174,14 @@ class ActivityDeps:
             yield None
             return
         info = activity.info()
-        writer = f"{info.workflow_run_id}/{info.activity_id}/{once}" if once else None
+        # the run and what is published, not the activity: the workflow retries a tool call
+        # as a new activity, and a retry must write as the same writer
+        writer = f"{info.workflow_run_id}/{once}" if once else None
         publisher = ChunkPublisher(
             self.streams,
             turn.turn_id,
             step=step,
-            attempt=info.attempt,
+            attempt=heartbeats.attempt(),
             owner=turn.owner,
             by_conversation=turn.by_conversation,
             writer=writer,

@@ -20,6 +20,7 @@ from durable_turns.contract import (  # noqa: F401 - re-exported for the activit
     STORE_UNAVAILABLE,
     STREAM_STALLED,
     TURN_TAKEN_OVER,
+    WORKER_CRASH_LOOP,
     WORKER_SHUTDOWN,
 )
 from durable_turns.models.base import ProviderError
@@ -56,6 +57,18 @@ def taken_over(turn_id: str, detail: str = "") -> ApplicationError:
         f"turn {turn_id} belongs to another workflow run; this one may not write into it"
         + (f" ({detail})" if detail else ""),
         type=TURN_TAKEN_OVER,
+        non_retryable=True,
+    )
+
+
+def crash_loop(stage: str, deaths: int, budget: int) -> ApplicationError:
+    """A local activity found its own attempts dead once more than ``TURNS_CRASH_RETRIES``
+    allows (non-retryable; the workflow's own count does the same for regular ones)."""
+    return ApplicationError(
+        f"{stage}: the worker running it died {deaths} times (last: its workflow task timed"
+        f" out); it is not run again (TURNS_CRASH_RETRIES={budget}): something in the turn"
+        " may crash the worker",
+        type=WORKER_CRASH_LOOP,
         non_retryable=True,
     )
 

@@ -34,7 +34,7 @@ from durable_turns.contract import (
 from durable_turns.hooks.types import ChatErrorContext, ChatResponseResult
 from durable_turns.messages import Message, ToolCallPart
 from durable_turns.store import StepRecord, ToolResultRecord, TurnRecord
-from durable_turns.store.base import owns
+from durable_turns.store.base import owns, started
 from durable_turns.streams import TURN_FINISH, StreamUnavailable
 
 
@@ -50,6 +50,9 @@ class FinishActivities:
         after = turn.turn_number + 1 if inp.auto_continue else None
         if steps and inp.status == "completed":
             last = ctx_build.step_result(steps[-1], results, turn)
+            if self.deps.lifecycle.runs_code("on_step_finish"):
+                turn = await self._started(turn, "finish")
+                self.deps.check_crashes(turn, "finish turn (on_step_finish)")
             async with keep_alive(self.deps.beat_every):
                 await self.deps.lifecycle.on_step_finish(last)
             schema = ctx_build.turn_config(turn).output
@@ -105,11 +108,28 @@ class FinishActivities:
             turn_number=turn.turn_number,
             metadata=copy.deepcopy(turn.metadata),
         )
+        if self.deps.lifecycle.runs_code("on_chat_error"):
+            turn = await self._started(turn, "fail")
+            deaths = turn.crashes.get("fail", 0)
+            if deaths > self.deps.settings.crash_retries:  # the turn's error is shown as it is
+                activity.logger.warning(
+                    "on_chat_error is not run again: its worker died %d times (%s)",
+                    deaths,
+                    error.message,
+                )
+                return await self._result(turn, steps, message, "error", error)
         async with keep_alive(self.deps.beat_every):
             shown = await self.deps.lifecycle.on_chat_error(_TurnError(error), ctx)
         return await self._result(
             turn, steps, message, "error", error.model_copy(update={"message": shown})
         )
+
+    async def _started(self, turn: TurnRecord, key: str) -> TurnRecord:
+        """The turn marked as running ``key`` (and stored so before any hook runs): an
+        earlier attempt the mark shows never ended is counted (``TurnRecord.crashes``)."""
+        marked = started(turn, turn, key)
+        await self.deps.store.save_turn(marked)
+        return marked
 
     async def _close(
         self,
@@ -149,6 +169,7 @@ class FinishActivities:
     ) -> TurnResult:
         turn.status = status
         turn.error = error.model_dump() if error else None
+        turn.running = None  # what was running has ended
         await self.deps.store.save_turn(turn)
         text, truncated = _preview(ctx_build.message_text(message))
         try:

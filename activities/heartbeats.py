@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
@@ -36,6 +37,34 @@ def worker_options(settings: Settings) -> dict[str, Any]:
             milliseconds=settings.cancel_check_ms
         )
     return options
+
+
+_ATTEMPT: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar(
+    "durable_turns_attempt", default=(0, 0)
+)
+
+
+def count_attempt(attempt: int, failures: int) -> None:
+    """This activity's attempt as its workflow counts it (``ModelStepInput.attempt``,
+    ``ToolCallInput.attempt``; 0: Temporal's own count). The workflow schedules each attempt
+    itself, so it can count a worker's death apart from a failure; Temporal's count is then
+    always 1. Scoped to the activity's own task."""
+    _ATTEMPT.set((attempt, failures))
+
+
+def attempt() -> int:
+    """The running activity's attempt number (1, 2, …), worker deaths included."""
+    counted, _ = _ATTEMPT.get()
+    if counted:
+        return counted
+    return activity.info().attempt if activity.in_activity() else 1
+
+
+def failures(attempt_number: int) -> int:
+    """How many earlier attempts of the running activity failed, worker deaths not counted
+    (without the workflow's count: every earlier attempt of ``attempt_number``)."""
+    counted, failed = _ATTEMPT.get()
+    return failed if counted else attempt_number - 1
 
 
 def cancelled_by_user() -> bool:

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from temporalio import activity
 
-from durable_turns.activities import isolation
+from durable_turns.activities import heartbeats, isolation
 from durable_turns.activities.errors import hook_failure
 from durable_turns.contract import TurnRef
 from durable_turns.hooks.base import TurnHooks, overrides
@@ -140,6 +140,10 @@ class Lifecycle:
     def overrides(self, hook: str) -> bool:
         return hook in self._overridden
 
+    def runs_code(self, hook: str) -> bool:
+        """Whether ``hook`` runs anything of the user's: the subclass's or an extension's."""
+        return hook in self._overridden or self.extensions.subscribed(hook)
+
     async def _hook(self, name: str, *args: Any) -> Any:
         """The subclass's hook ``name``; the base class's no-op defaults run inline."""
         fn = getattr(self.hooks, name)
@@ -197,7 +201,7 @@ class Lifecycle:
         on_chunk = self.hooks.on_chunk
         conversation_id = turn.conversation_id if turn else ""
         turn_number = turn.turn_number if turn else 0
-        attempt = activity.info().attempt if activity.in_activity() else 1
+        attempt = heartbeats.attempt()
         shown = metadata if metadata is not None else {}
 
         async def observe(chunk: StreamPart) -> None:

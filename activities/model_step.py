@@ -20,12 +20,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import context as ctx_build
-from durable_turns.activities import isolation
+from durable_turns.activities import heartbeats, isolation
 from durable_turns.activities.context import request_metadata
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.errors import (
     CHUNK_STREAM_UNAVAILABLE,
     INVALID_REQUEST,
+    STORE_UNAVAILABLE,
     STREAM_STALLED,
     WORKER_SHUTDOWN,
     provider_failure,
@@ -77,6 +78,7 @@ class ModelStepActivities:
     @activity.defn(name=MODEL_STEP)
     async def model_step(self, inp: ModelStepInput) -> StepSummary:
         """One model call: on_step_finish(prev) → before_step → stream → persist."""
+        heartbeats.count_attempt(inp.attempt, inp.failures)
         # Heartbeats from the first line: a slow before_step or on_step_finish, or a first
         # use of a provider (its SDK import), is a live worker, not a dead one; and a
         # cancelChat reaches the step before its stream starts too.
@@ -86,7 +88,7 @@ class ModelStepActivities:
             turn, steps, results = state.turn, state.steps, state.results
             stored = next((s for s in steps if s.step == inp.step), None)
             if stored is not None:  # a retried attempt: the model is not asked again
-                return await self._republish(inp.turn, turn, stored)
+                return await self._republish(inp.turn, turn, stored, inp)
             prior = [s for s in steps if s.step < inp.step]
             config = ctx_build.turn_config(turn)
             if prior:
@@ -122,9 +124,9 @@ class ModelStepActivities:
         try:
             async with self.deps.publisher(inp.turn, inp.step) as publisher:
                 if publisher is not None:
-                    if activity.info().attempt > 1:  # readers drop what earlier attempts streamed
+                    if heartbeats.attempt() > 1:  # readers drop what earlier attempts streamed
                         with contextlib.suppress(StreamUnavailable):  # then the step goes on
-                            await publisher.reset(activity.info().attempt, reason="retry")
+                            await publisher.reset(heartbeats.attempt(), reason="retry")
                     publisher.open_step(inp.step, {"model": model})
                 result = await self._run(
                     turn, inp, model, provider, request, config, step_config, inherited, publisher
@@ -135,7 +137,7 @@ class ModelStepActivities:
                 raise ApplicationError(str(e), type=CHUNK_STREAM_UNAVAILABLE) from e
             if result.outcome == "context_overflow":  # nothing saved: the turn recovers
                 return result
-            return _stream_lost(e, result)
+            return _stream_lost(e, result, inp)
 
     async def _run(
         self,
@@ -157,7 +159,7 @@ class ModelStepActivities:
                 provider, request, config, inp, publisher, partial, turn.metadata
             )
         except ApplicationError as e:
-            if partial.parts and _is_final(e):
+            if partial.parts and _is_final(e, inp):
                 # The turn fails with this error: what the last attempt streamed is kept
                 # for fail_turn (and so on_chat_error/on_chat_response), marked "error".
                 failed = _record(inp.step, turn.run, model, partial)
@@ -193,16 +195,18 @@ class ModelStepActivities:
             try:
                 await publisher.step_finish(_finish_data(summary))
             except StreamUnavailable as e:
-                return _stream_lost(e, summary)
+                return _stream_lost(e, summary, inp)
         return summary
 
-    async def _republish(self, ref: TurnRef, turn: TurnRecord, stored: StepRecord) -> StepSummary:
+    async def _republish(
+        self, ref: TurnRef, turn: TurnRecord, stored: StepRecord, inp: ModelStepInput
+    ) -> StepSummary:
         """A step an earlier attempt saved: its summary, and on the live stream the whole
         step again (after a reset), for the earlier attempt may have been lost before its
         chunks reached the stream (a hung or broken stream write, a crash after the save).
         Readers drop what the earlier attempts streamed and see the step once."""
         summary = _summary(stored, self.deps.tools)
-        attempt = activity.info().attempt
+        attempt = heartbeats.attempt()
         if attempt == 1:  # nothing of this step was streamed by this run
             return summary
         sends_reasoning = ctx_build.turn_config(turn).send_reasoning is not False
@@ -215,7 +219,7 @@ class ModelStepActivities:
                         publisher.publish_chunk(chunk)
                     await publisher.step_finish(_finish_data(summary))
         except StreamUnavailable as e:
-            return _stream_lost(e, summary)
+            return _stream_lost(e, summary, inp)
         return summary
 
     async def _repair(
@@ -292,7 +296,7 @@ class ModelStepActivities:
             cached_prompt=(await self.deps.session()).cached_prompt,
             cache=(config.cache or CacheConfig()).merged(step.cache),
             conversation_id=conversation_id,
-            attempt=activity.info().attempt,
+            attempt=heartbeats.attempt(),
             **{k: getattr(config, k) for k in SAMPLING},
         )
 
@@ -370,10 +374,12 @@ class ModelStepActivities:
         return await self.deps.lifecycle.classify(error, ctx) == "context_overflow"
 
 
-def _is_final(error: ApplicationError) -> bool:
+def _is_final(error: ApplicationError, inp: ModelStepInput) -> bool:
     """Whether this attempt's failure ends the step: not retryable, or its last attempt."""
     if error.non_retryable:
         return True
+    if inp.attempt:  # the workflow counts the attempts (and says which is the last)
+        return inp.last_try and error.type not in (WORKER_SHUTDOWN, STORE_UNAVAILABLE)
     policy = activity.info().retry_policy
     most = policy.maximum_attempts if policy is not None else 0
     return most > 0 and activity.info().attempt >= most
@@ -383,14 +389,20 @@ def _finish_data(summary: StepSummary) -> dict[str, Any]:
     return {"finish_reason": summary.finish_reason, "usage": summary.usage.model_dump()}
 
 
-def _stream_lost(error: StreamUnavailable, summary: StepSummary) -> StepSummary:
+def _stream_lost(
+    error: StreamUnavailable, summary: StepSummary, inp: ModelStepInput
+) -> StepSummary:
     """A saved step whose end could not be written to the live stream: the attempt fails
     (retryable, ``ChunkStreamUnavailable``) so the next one, perhaps on a worker that reaches
     the stream, writes the saved step again; the last attempt returns the step without it,
     for the transcript has it and the turn goes on."""
-    policy = activity.info().retry_policy
-    most = policy.maximum_attempts if policy is not None else 0
-    if most == 0 or activity.info().attempt < most:
+    if inp.attempt:  # the workflow counts the attempts (and says which is the last)
+        last = inp.last_try
+    else:
+        policy = activity.info().retry_policy
+        most = policy.maximum_attempts if policy is not None else 0
+        last = most > 0 and activity.info().attempt >= most
+    if not last:
         raise ApplicationError(str(error), type=CHUNK_STREAM_UNAVAILABLE) from error
     activity.logger.warning(
         "%s; step %d goes on without its live stream (its last attempt)", error, summary.step

@@ -144,7 +144,7 @@ class PatientStore(TranscriptStore):
     async def save_turn(self, turn: TurnRecord) -> None:
         await self._call(lambda: self.inner.save_turn(turn))
 
-    async def claim_turn(self, turn: TurnRecord) -> bool:
+    async def claim_turn(self, turn: TurnRecord) -> TurnRecord | None:
         return await self._call(lambda: self.inner.claim_turn(turn))
 
     async def get_turn(self, turn_id: str) -> TurnRecord | None:

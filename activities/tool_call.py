@@ -15,7 +15,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import context as ctx_build
-from durable_turns.activities import isolation
+from durable_turns.activities import heartbeats, isolation
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.heartbeats import keep_alive
 from durable_turns.activities.lifecycle import OnChunk
@@ -43,12 +43,13 @@ class ToolCallActivities:
     @activity.defn(name=TOOL_CALL)
     async def tool_call(self, inp: ToolCallInput) -> ToolOutcome:
         """before_tool_call → execute (or block / substitute) → after_tool_call → persist."""
+        heartbeats.count_attempt(inp.attempt, inp.failures)
         ref = inp.turn
         state = await self.deps.turn_state(ref)  # TurnTakenOver when another run owns it
         turn, steps = state.turn, state.steps
         stored = state.results.get(inp.tool_call_id)
         if stored is not None:  # the decision and the result are recorded: never asked again
-            if activity.info().attempt > 1:  # the attempt that saved it may not have published it
+            if heartbeats.attempt() > 1:  # the attempt that saved it may not have published it
                 await self._publish_result(ref, inp.step, stored)
             return _outcome(stored)
         step, call = _find_call(steps, inp)
@@ -78,7 +79,9 @@ class ToolCallActivities:
             )
             if run.pending:  # recorded nowhere: the turn waits for the client, then asks again
                 try:
-                    async with self.deps.publisher(ref, inp.step, once=TOOL_WAIT) as publisher:
+                    async with self.deps.publisher(
+                        ref, inp.step, once=f"{TOOL_WAIT}:{call.tool_call_id}"
+                    ) as publisher:
                         if publisher is not None:  # readers learn what the turn waits on
                             await publisher.tool_wait(
                                 {
@@ -146,7 +149,9 @@ class ToolCallActivities:
         """The call's ``tool-result`` event, once however many attempts publish it; a stream
         that stays unwritable for ``stream_write_timeout_s`` is logged and gone without."""
         try:
-            async with self.deps.publisher(ref, step, once=TOOL_RESULT) as publisher:
+            async with self.deps.publisher(
+                ref, step, once=f"{TOOL_RESULT}:{saved.tool_call_id}"
+            ) as publisher:
                 if publisher is not None:
                     data = ctx_build.tool_result_part(saved).model_dump(mode="json")
                     if saved.approval is not None:
@@ -193,7 +198,7 @@ class ToolCallActivities:
             turn_number=turn.turn_number,
             request_id=turn.request_id,
             step_number=inp.step,
-            attempt=activity.info().attempt,
+            attempt=heartbeats.attempt(),
             heartbeat=activity.heartbeat,
             experimental_context=step.experimental_context,
         )

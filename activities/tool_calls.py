@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from temporalio.exceptions import ApplicationError
 
-from durable_turns.activities import isolation, loopwatch
+from durable_turns.activities import heartbeats, isolation, loopwatch
 from durable_turns.activities.lifecycle import Lifecycle
 from durable_turns.contract import (
     TOOL_ERROR,
@@ -226,7 +226,10 @@ async def execute(
             log.error("%s raised %s", where, type(e).__name__, exc_info=e)
             error_type = TOOL_ERROR
         text = redact(text)  # a tool's error never carries a provider key onward
-        if tool.retry_safe and run_ctx.attempt <= min(tool.retries, MAX_TOOL_ATTEMPTS - 1):
+        # its own failures count, not its worker's deaths (which have their own budget)
+        if tool.retry_safe and heartbeats.failures(run_ctx.attempt) < min(
+            tool.retries, MAX_TOOL_ATTEMPTS - 1
+        ):
             raise ApplicationError(clean_text(text), type=error_type) from None
         return ToolRun(clean_text(text), True)
 

@@ -24,6 +24,8 @@ from durable_turns.contract import (
 )
 
 EMBEDDED_HOST = "127.0.0.1"
+MAX_CRASH_RETRIES = 50
+"""The most ``TURNS_CRASH_RETRIES`` may allow: each worker death costs a heartbeat timeout."""
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -124,6 +126,10 @@ class Settings:
     """TURNS_CLIENT_TOOL_TIMEOUT_S: how long a turn waits for client tool results/approvals."""
     model_retries: int = 2
     """TURNS_MODEL_RETRIES: retries of a failed model step (TurnConfig.max_retries wins)."""
+    crash_retries: int = 5
+    """TURNS_CRASH_RETRIES: how often one activity of a turn (a model step, a tool call, a
+    compaction, ``on_chat_response``) is run again after its worker died (killed, out of
+    memory, a native crash, a shutdown past its grace), apart from the model's retries."""
     shutdown_grace_s: float = 10.0
     """TURNS_SHUTDOWN_GRACE_S: on SIGTERM, how long running activities may finish first."""
     cancel_check_ms: int = 500
@@ -190,6 +196,7 @@ class Settings:
             heartbeat_timeout_s=float(_env("TURNS_HEARTBEAT_TIMEOUT_S", "30") or 30),
             step_timeout_s=float(_env("TURNS_STEP_TIMEOUT_S", "600") or 600),
             model_retries=int(_env("TURNS_MODEL_RETRIES", "2") or 2),
+            crash_retries=int(_env("TURNS_CRASH_RETRIES", "5") or 5),
             client_tool_timeout_s=float(_env("TURNS_CLIENT_TOOL_TIMEOUT_S", "3600") or 3600),
             shutdown_grace_s=float(_env("TURNS_SHUTDOWN_GRACE_S", "10") or 0),
             cancel_check_ms=int(_env("TURNS_CANCEL_CHECK_MS", "500") or 0),
@@ -225,6 +232,8 @@ class Settings:
             )
         if self.debounce_ms is not None and not 0 <= self.debounce_ms <= MAX_DEBOUNCE_MS:
             raise ValueError(f"TURNS_DEBOUNCE_MS must be 0 to {MAX_DEBOUNCE_MS}")
+        if not 0 <= self.crash_retries <= MAX_CRASH_RETRIES:
+            raise ValueError(f"TURNS_CRASH_RETRIES must be between 0 and {MAX_CRASH_RETRIES}")
         if self.http_protocol not in (6, 7):
             raise ValueError("TURNS_HTTP_PROTOCOL must be 6 or 7 (the ai package's major version)")
 

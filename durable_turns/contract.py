@@ -200,6 +200,10 @@ TOOL_OUTPUT_TOO_LARGE = "ToolOutputTooLarge"
 TOOL_TIMEOUT = "ToolTimeout"
 TOOL_ERROR = "ToolError"
 """A tool that timed out or raised, retried as a new attempt (only with ``@tool(retries=…)``)."""
+WORKER_CRASH_LOOP = "WorkerCrashLoop"
+"""The worker running one activity of a turn (a model step, a tool call, a compaction, a
+hook) died more often than ``TurnPlan.crash_retries`` allows (an OOM kill or a native crash
+on every attempt, or a deploy storm that long): the turn ends ``error``, naming the activity."""
 STORE_UNAVAILABLE = "StoreUnavailable"
 """The transcript store could not be reached for as long as the activity attempt could wait
 (retryable: the next attempt waits again)."""
@@ -813,6 +817,9 @@ class TurnPlan(Internal):
     compact_at_tokens: int | None = None
     """Proactive: compact before the next step once a step's input tokens reach this."""
     max_compactions: int = 1
+    crash_retries: int = 5
+    """How often one activity of the turn is run again after its worker died
+    (``TURNS_CRASH_RETRIES``); counted apart from ``max_retries``."""
 
 
 class ModelStepInput(Internal):
@@ -820,6 +827,12 @@ class ModelStepInput(Internal):
     step: int
     model: str
     attempt: int = 0
+    """This attempt's number, counted by the workflow (1, 2, …); 0: Temporal's own count
+    (turns recorded before the workflow counted attempts)."""
+    failures: int = 0
+    """Earlier attempts of this step that failed (not counting worker deaths)."""
+    last_try: bool = False
+    """A failure of this attempt ends the step (with ``attempt`` set)."""
 
 
 class ToolCallRef(Internal):
@@ -849,6 +862,10 @@ class ToolCallInput(Internal):
     tool_call_id: str
     tool_name: str
     resolution: ToolResolution | None = None
+    attempt: int = 0
+    """This attempt's number, counted by the workflow (1, 2, …); 0: Temporal's own count."""
+    failures: int = 0
+    """Earlier attempts of this call that failed (not counting worker deaths)."""
 
 
 ToolCallOutcome = Literal[

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from durable_turns.contract import MODEL_STEP
 from durable_turns.messages import ToolCallPart, ToolResultPart
 from tests.support.harness import Harness
+from tests.support.history import activity_attempts
 from tests.support.probes import turn_status, wait_until
 
 
@@ -29,13 +31,8 @@ async def test_kill_during_model_step(harness: Harness) -> None:
     assert result.status == "completed"
     assert result.text == text
     await assert_single_reply(harness, conversation)
-    history = await harness.client.get_workflow_handle(result.workflow_id).fetch_history()
-    attempts = [
-        e.activity_task_started_event_attributes.attempt
-        for e in history.events
-        if e.HasField("activity_task_started_event_attributes")
-    ]
-    assert max(attempts) >= 2, "the model step was retried on the second worker"
+    attempts = await activity_attempts(harness, result.workflow_id, MODEL_STEP)
+    assert attempts == [1, 2], "the model step was retried on the second worker"
 
 
 async def test_kill_during_tool_call(harness: Harness) -> None:

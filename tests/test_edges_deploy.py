@@ -56,7 +56,7 @@ async def test_sigterm_past_the_grace_hands_the_step_over_whole(harness: Harness
     assert result.text == text, "the step was re-run in full, not ended with its partial"
     messages = await (await harness.store()).messages(conversation)
     assert [(m.role, m.text) for m in messages] == [("user", "tell me"), ("assistant", text)]
-    assert await activity_attempts(harness, result.workflow_id, "model_step") == [2]
+    assert await activity_attempts(harness, result.workflow_id, "model_step") == [1, 2]
     assert first.proc.wait(20) == 0, "the worker left cleanly"
 
 
@@ -78,6 +78,6 @@ async def test_a_killed_worker_is_replaced_within_the_default_heartbeat_timeout(
     result = await asyncio.wait_for(harness.turns.wait(conversation, request), 90)
     recovered_s = time.monotonic() - killed
     assert result.status == "completed" and result.text == text
-    assert await activity_attempts(harness, result.workflow_id, "model_step") == [2]
+    assert await activity_attempts(harness, result.workflow_id, "model_step") == [1, 2]
     # heartbeat timeout 30 s, then ~3 s of streaming again; well under a minute
     assert recovered_s < 30 + 15, f"the turn finished {recovered_s:.1f}s after the kill"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from durable_turns.contract import MAX_RESULT_TEXT_BYTES
+from durable_turns.config import Settings
+from durable_turns.contract import MAX_RESULT_TEXT_BYTES, WORKER_CRASH_LOOP
 from durable_turns.messages import ToolCallPart
 from tests.llm_server import LLMServer, Reply
 from tests.support.harness import Harness
@@ -41,7 +42,8 @@ async def test_a_stream_failing_on_every_attempt_keeps_its_partial_reply(
 
 
 async def test_a_failed_turn_shows_no_tool_call_that_never_ran(harness: Harness) -> None:
-    """The tool's worker dies on each of its 3 attempts: the turn fails. The stored reply
+    """The tool's worker dies on each attempt, past ``TURNS_CRASH_RETRIES`` (5 retries at the
+    default): the turn fails with ``WorkerCrashLoop``. The stored reply
     keeps the step's text, not a call the history says never completed (nor, so, does the
     next turn's context: a provider rejects a tool call without its result)."""
     model = harness.script(
@@ -53,7 +55,7 @@ async def test_a_failed_turn_shows_no_tool_call_that_never_ran(harness: Harness)
     conversation = harness.conv("fail-phantom")
     worker = harness.start_worker()  # heartbeat timeout 2 s: this is not about timeouts
     request = await harness.turns.submit(conversation, "go", model=model)
-    for attempt in (1, 2, 3):
+    for attempt in range(1, Settings().crash_retries + 2):
         await wait_until(
             lambda n=attempt: len([r for r in harness.tool_runs() if r["phase"] == "start"]) >= n,
             60,
@@ -62,6 +64,7 @@ async def test_a_failed_turn_shows_no_tool_call_that_never_ran(harness: Harness)
         worker = harness.start_worker()
     result = await asyncio.wait_for(harness.turns.wait(conversation, request), 60)
     assert result.status == "error" and result.error is not None and result.error.stage == "tool"
+    assert result.error.type == WORKER_CRASH_LOOP and "tool slow:" in result.error.message
     [_, reply] = await (await harness.store()).messages(conversation)
     assert reply.text == "Looking." and reply.metadata["status"] == "error"
     assert not [p for p in reply.parts if isinstance(p, ToolCallPart)], reply.parts

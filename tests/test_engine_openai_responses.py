@@ -10,6 +10,7 @@ and what the engine stores, retries and reports are covered end to end.
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -24,6 +25,7 @@ from durable_turns.messages import (
 )
 from tests.llm_server import FIXTURES, LLMServer, Reply
 from tests.support.harness import Harness
+from tests.support.history import activity_attempts
 from tests.support.hooks import calls, wait_for_hook
 from tests.support.provider_hooks import api_requests, start_provider_worker
 
@@ -224,21 +226,23 @@ async def test_rate_limit_is_retried_by_temporal_after_retry_after(
     assert record["request"]["attempt"] == 2
     assert calls(harness, "on_chat_error") == []
 
+    # the workflow retried it: two attempts, the first one's failure, the retry-after's wait
     handle = harness.client.get_workflow_handle(turn_workflow_id(conversation, 1))
-    started = [
-        e.activity_task_started_event_attributes
-        async for e in handle.fetch_history_events()
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+    events = [e async for e in handle.fetch_history_events()]
+    assert await activity_attempts(harness, handle.id, "model_step") == [1, 2]
+    [failed] = [
+        e.activity_task_failed_event_attributes.failure
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
     ]
-    scheduled = [
-        e.activity_task_scheduled_event_attributes.activity_type.name
-        async for e in handle.fetch_history_events()
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    assert "429" in failed.message and "rate_limit_exceeded" in failed.message
+    assert failed.application_failure_info.type == "ProviderTransientError"
+    [timer] = [
+        e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED
     ]
-    step = started[scheduled.index("model_step")]
-    assert step.attempt == 2
-    assert "429" in step.last_failure.message and "rate_limit_exceeded" in step.last_failure.message
-    assert step.last_failure.application_failure_info.type == "ProviderTransientError"
+    assert timer == timedelta(seconds=1), "the provider's retry-after"
 
 
 async def test_invalid_request_ends_the_turn_with_a_typed_error(

@@ -80,6 +80,13 @@ async def record(harness: Harness, conversation: str) -> list[WorkflowHistory]:
         )
     await harness.turns.wait(conversation, "quiet")
     await harness.send(conversation, "after", model="demo:echo")
+    # a provider's transient error on the first attempt: the workflow's own retry, a timer
+    overloaded = {"message": "overloaded", "status": 529, "kind": "transient"}
+    await harness.send(
+        conversation,
+        "retry",
+        model=harness.script([{"text": "recovered", "error": overloaded, "attempts": 1}]),
+    )
     # a regeneration of the last reply, and one naming no message (a typed error)
     await harness.turns.regenerate(conversation)
     await harness.turns.regenerate(conversation, f"{conversation}/turn-99/assistant")
@@ -139,7 +146,7 @@ async def test_fresh_histories_replay(harness: Harness) -> None:
 
 
 async def test_recorded_histories_replay() -> None:
-    files = sorted(HISTORIES.glob("*.json"))
+    files = sorted(HISTORIES.rglob("*.json"))
     assert files, "recorded histories are missing"
     for path in files:
         history = WorkflowHistory.from_json(

@@ -182,3 +182,26 @@ async def test_a_locked_sqlite_database_is_store_unavailable(tmp_path: Path) -> 
     finally:
         blocker.close()
         await db.close()
+
+
+async def test_a_claim_counts_the_attempts_of_its_own_run_that_never_ended(
+    db: TranscriptStore,
+) -> None:
+    """``begin_turn`` claims its turn marked ``running``; a claim by the same run that finds
+    the mark set counts one attempt that never ended (its worker died). A finished begin
+    clears the mark; another run's claim starts from nothing."""
+    first = await db.claim_turn(record("victim", by_conversation=True, running="begin:0"))
+    assert first is not None and first.crashes == {}
+    for deaths in (1, 2):
+        again = await db.claim_turn(record("victim", by_conversation=True, running="begin:0"))
+        assert again is not None and again.crashes == {"begin:0": deaths}
+    stored = await db.get_turn(TURN)
+    assert stored is not None and stored.running == "begin:0"
+    # the attempt that ends clears the mark and keeps the count
+    await db.save_turn(stored.model_copy(update={"running": None}))
+    rerun = await db.claim_turn(record("victim", by_conversation=True, running="begin:1"))
+    assert rerun is not None and rerun.crashes == {"begin:0": 2}
+    # a run that takes the turn over owns none of it
+    other = await db.claim_turn(record("other", by_conversation=True, running="begin:0"))
+    assert other is not None and other.crashes == {}
+    assert await db.claim_turn(record("squatter", running="begin:0")) is None

@@ -29,7 +29,6 @@ from temporalio.exceptions import ApplicationError, ChildWorkflowError, FailureE
 with workflow.unsafe.imports_passed_through():
     from durable_turns.contract import (
         ADD_MESSAGES,
-        CHAT_RESPONSE,
         CONVERSATION_BUSY,
         CONVERSATION_ID,
         CONVERSATION_WORKFLOW,
@@ -65,7 +64,6 @@ with workflow.unsafe.imports_passed_through():
         UPDATE_START,
         AddMessages,
         CancelChat,
-        ChatResponseInput,
         ContinueLastTurn,
         ConversationInput,
         ConversationOpened,
@@ -465,14 +463,7 @@ class ConversationWorkflow:
 
     async def _respond(self, result: TurnResult) -> None:
         """on_chat_response runs after the turn lock is released: it may submit a follow-up."""
-        await workflow.execute_activity(
-            CHAT_RESPONSE,
-            ChatResponseInput(result=result),
-            start_to_close_timeout=options.SHORT,
-            heartbeat_timeout=options.BEGIN_HEARTBEAT,
-            retry_policy=options.BOOKKEEPING_RETRY,
-            summary=f"on_chat_response · turn {result.turn_number}",
-        )
+        await options.chat_response(result, f"on_chat_response · turn {result.turn_number}")
 
     # --- requests ---------------------------------------------------------------------------
     # Handlers take the raw payload (workflows.intake): the SDK would otherwise drop what it

@@ -6,17 +6,29 @@ worker's attempt moves to another worker quickly) and a retry policy.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Collection
 from datetime import timedelta
+from typing import TypeVar
 
+from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
 
 from durable_turns.contract import (
+    CHAT_RESPONSE,
     HOOK_ERROR,
     INVALID_MODEL,
     INVALID_REQUEST,
     PROVIDER_ERROR,
+    STORE_UNAVAILABLE,
+    WORKER_CRASH_LOOP,
+    WORKER_SHUTDOWN,
+    ChatResponseInput,
     TurnPlan,
+    TurnResult,
 )
+
+T = TypeVar("T")
 
 BEGIN_HEARTBEAT = timedelta(seconds=10)
 """begin_turn runs before the plan (and its heartbeat timeout) is known."""
@@ -48,14 +60,155 @@ def model_retry(plan: TurnPlan) -> RetryPolicy:
     )
 
 
+TOOL_TRIES = 3
+"""Attempts of a tool call, worker deaths not counted (``@tool(retries=…)`` is capped by it)."""
+
 TOOL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=30),
-    maximum_attempts=3,
+    maximum_attempts=TOOL_TRIES,
 )
 """A tool's own exceptions become tool errors inside the activity; retries cover crashes."""
 
 
 def heartbeat(plan: TurnPlan) -> timedelta:
     return timedelta(seconds=plan.heartbeat_timeout_s)
+
+
+ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
+"""An activity whose attempts the workflow schedules itself (``with_budgets``)."""
+
+MODEL_FINAL = [*HOOK_ERRORS, PROVIDER_ERROR]
+"""Failures of a model step (or compaction) that are not retried."""
+
+CHAT_RESPONSE_CRASH_RETRIES = 5
+"""``on_chat_response`` is run again after this many worker deaths (``TURNS_CRASH_RETRIES``'s
+default: the conversation has no plan to read it from); its other failures without limit."""
+
+INFRA_TYPES = (WORKER_SHUTDOWN, STORE_UNAVAILABLE)
+"""Failures an activity raises that are its infrastructure's, not the turn's: counted with
+worker deaths, never against the model's or a tool's own retries."""
+
+
+def is_death(err: ActivityError) -> bool:
+    """Whether an attempt ended because its worker went away: no heartbeat in time (killed,
+    out of memory, a native crash, a frozen event loop), a shutdown past its grace, or a
+    store outage longer than the attempt could wait."""
+    cause = err.cause
+    if isinstance(cause, TimeoutError):
+        return cause.type == TimeoutType.HEARTBEAT
+    return isinstance(cause, ApplicationError) and cause.type in INFRA_TYPES
+
+
+def is_final(err: ActivityError, final_types: Collection[str]) -> bool:
+    """Whether a failure is not retried at all: a cancel, a non-retryable error."""
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        return cause.non_retryable or (cause.type or "") in final_types
+    return not isinstance(cause, TimeoutError)
+
+
+def backoff(n: int, most: float) -> timedelta:
+    """The wait before the next attempt after ``n`` failures (or deaths): 1 s, doubling."""
+    return timedelta(seconds=min(2.0 ** (n - 1), most))
+
+
+async def with_budgets(
+    run: Callable[[int, int, bool], Awaitable[T]],
+    *,
+    stage: str,
+    kind: str,
+    tries: int,
+    crash_retries: int,
+    final_types: Collection[str] = (),
+    most_wait_s: float = 30.0,
+) -> T:
+    """Run an activity whose every schedule is one attempt (``ONE_ATTEMPT``), counting two
+    budgets apart: its own failures (a provider's error, a stall, a tool's retry), at most
+    ``tries`` attempts (0: no limit), and its worker's deaths (``is_death``), at most
+    ``crash_retries`` retries. ``run(attempt, failures, last_try)`` schedules one attempt.
+
+    The last failure is raised as it came; past the deaths budget, a non-retryable
+    ``WorkerCrashLoop`` naming ``stage`` (``kind``, the Think stage, is its first detail).
+    Each retry waits with backoff on a durable timer (1 s doubling, at most ``most_wait_s``
+    after failures, 10 s after deaths, whose heartbeat timeout has been waited already): a few
+    events per retry in the history, none when the first attempt succeeds."""
+    deaths = failures = 0
+    attempt = 1
+    while True:
+        try:
+            return await run(attempt, failures, tries > 0 and failures + 1 >= tries)
+        except ActivityError as err:
+            if is_final(err, final_types):
+                raise
+            if is_death(err):
+                deaths += 1
+                if deaths > crash_retries:
+                    raise ApplicationError(
+                        f"{stage}: the worker running it died {deaths} times (last:"
+                        f" {_cause(err)}); it is not run again (TURNS_CRASH_RETRIES="
+                        f"{crash_retries}): something in the turn may crash the worker",
+                        kind,
+                        stage,
+                        type=WORKER_CRASH_LOOP,
+                        non_retryable=True,
+                    ) from err
+                wait, why = backoff(deaths, 10.0), f"worker died ({deaths})"
+            else:
+                failures += 1
+                if tries > 0 and failures >= tries:
+                    raise
+                wait, why = backoff(failures, most_wait_s), f"failed ({failures})"
+                cause = err.cause
+                if isinstance(cause, ApplicationError) and cause.next_retry_delay:
+                    wait = cause.next_retry_delay  # the provider's retry-after
+            attempt += 1
+            await workflow.sleep(wait, summary=f"retry {stage}: {why}")
+
+
+def _cause(err: ActivityError) -> str:
+    cause = err.cause
+    if isinstance(cause, TimeoutError):
+        return "no heartbeat within the heartbeat timeout"
+    return f"{type(cause).__name__}: {cause}" if cause is not None else str(err)
+
+
+PATCH_CHAT_RESPONSE_BUDGET = "chat-response-crash-budget"
+"""``on_chat_response`` is retried by the workflow, its worker's deaths bounded; runs
+recorded before let Temporal retry it without limit."""
+
+
+async def chat_response(result: TurnResult, summary: str) -> None:
+    """Run ``chat_response`` (``on_chat_response``). Its failures are retried without limit
+    (a store outage; the hook's own errors are logged, never raised), its worker's deaths
+    ``CHAT_RESPONSE_CRASH_RETRIES`` times: then it is given up, with a warning in the
+    workflow's log, and the turn's result stands."""
+
+    def attempt(policy: RetryPolicy) -> Awaitable[None]:
+        return workflow.execute_activity(
+            CHAT_RESPONSE,
+            ChatResponseInput(result=result),
+            start_to_close_timeout=SHORT,
+            heartbeat_timeout=BEGIN_HEARTBEAT,
+            retry_policy=policy,
+            summary=summary,
+        )
+
+    if not workflow.patched(PATCH_CHAT_RESPONSE_BUDGET):
+        await attempt(BOOKKEEPING_RETRY)
+        return
+    try:
+        await with_budgets(
+            lambda _n, _failed, _last: attempt(ONE_ATTEMPT),
+            stage=f"on_chat_response of turn {result.turn_number}",
+            kind="persist",
+            tries=0,
+            crash_retries=CHAT_RESPONSE_CRASH_RETRIES,
+            final_types=HOOK_ERRORS,
+            most_wait_s=10.0,
+        )
+    except ApplicationError as e:
+        if e.type != WORKER_CRASH_LOOP:
+            raise
+        workflow.logger.warning("%s (%s)", e.message, WORKER_CRASH_LOOP)

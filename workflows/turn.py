@@ -18,14 +18,13 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 from pydantic_core import to_json
 from temporalio import workflow
-from temporalio.common import RawValue
+from temporalio.common import RawValue, RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from durable_turns.contract import (
         BEGIN_TURN,
-        CHAT_RESPONSE,
         COMPACT,
         FAIL_TURN,
         FINISH_TURN,
@@ -41,8 +40,8 @@ with workflow.unsafe.imports_passed_through():
         TURN_STATUS,
         TURN_WORKFLOW,
         UNKNOWN_SIGNAL,
+        WORKER_CRASH_LOOP,
         BeginTurnInput,
-        ChatResponseInput,
         CompactInput,
         CompactResult,
         ErrorInfo,
@@ -220,14 +219,7 @@ class TurnWorkflow:
         workflow.set_current_details(_details(result))
         if workflow.info().parent is None and result.respond:
             # Started directly: no conversation will run on_chat_response for us.
-            await workflow.execute_activity(
-                CHAT_RESPONSE,
-                ChatResponseInput(result=result),
-                start_to_close_timeout=options.SHORT,
-                heartbeat_timeout=options.BEGIN_HEARTBEAT,
-                retry_policy=options.BOOKKEEPING_RETRY,
-                summary="on_chat_response",
-            )
+            await options.chat_response(result, "on_chat_response")
         return result
 
     async def _run_turn(self, inp: TurnInput, ref: TurnRef) -> TurnResult:
@@ -268,8 +260,10 @@ class TurnWorkflow:
             # partial reply): never a step or a tool call that did not
             return await self._fail(ref, self._completed, inp.continuation, _error_info(err))
         except ApplicationError as err:
-            # the workflow's own ContextOverflow, or a local activity's failure
+            # the workflow's own ContextOverflow or WorkerCrashLoop, or a local activity's failure
             stage = "stream" if err.type == "ContextOverflow" else self._stage
+            if err.type == WORKER_CRASH_LOOP and err.details:
+                stage = str(err.details[0])
             info = ErrorInfo(type=err.type or "Error", message=err.message, stage=stage)
             if err.type == "ContextOverflow":
                 info.classification = "context_overflow"
@@ -343,14 +337,28 @@ class TurnWorkflow:
     ) -> CompactResult:
         self._status = f"compacting ({reason})"
         at = f" at {tokens / 1000:.1f}k tokens" if tokens else ""
-        return await workflow.execute_activity(
-            COMPACT,
-            CompactInput(turn=ref, model=plan.model, reason=reason, number=number),  # type: ignore[arg-type]
-            result_type=CompactResult,
-            start_to_close_timeout=timedelta(seconds=plan.step_timeout_s),
-            heartbeat_timeout=options.heartbeat(plan),
-            retry_policy=options.model_retry(plan),
-            summary=f"compact: {reason}{at}",
+        inp = CompactInput(turn=ref, model=plan.model, reason=reason, number=number)  # type: ignore[arg-type]
+
+        def attempt(policy: RetryPolicy) -> Awaitable[CompactResult]:
+            return workflow.execute_activity(
+                COMPACT,
+                inp,
+                result_type=CompactResult,
+                start_to_close_timeout=timedelta(seconds=plan.step_timeout_s),
+                heartbeat_timeout=options.heartbeat(plan),
+                retry_policy=policy,
+                summary=f"compact: {reason}{at}",
+            )
+
+        if not _attempt_budgets():
+            return await attempt(options.model_retry(plan))
+        return await options.with_budgets(
+            lambda _n, _failed, _last: attempt(options.ONE_ATTEMPT),
+            stage=f"compaction ({reason})",
+            kind="stream",
+            tries=plan.max_retries + 1,
+            crash_retries=plan.crash_retries,
+            final_types=options.MODEL_FINAL,
         )
 
     async def _model_step(
@@ -362,16 +370,40 @@ class TurnWorkflow:
         used = previous.usage if previous else None  # the previous step's cached share
         if used is not None and used.cached_input_tokens and used.input_tokens:
             size += f" · {used.cached_input_tokens / used.input_tokens:.0%} cached"
-        return await workflow.execute_activity(
-            MODEL_STEP,
-            ModelStepInput(turn=ref, step=step, model=plan.model),
-            result_type=StepSummary,
-            start_to_close_timeout=timedelta(seconds=plan.step_timeout_s),
-            heartbeat_timeout=options.heartbeat(plan),
-            retry_policy=options.model_retry(plan),
-            # on cancelChat, wait for the step to store what it streamed so far
-            cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
-            summary=f"model step {step} · {plan.model}{size}",
+
+        def attempt(inp: ModelStepInput, policy: RetryPolicy) -> Awaitable[StepSummary]:
+            return workflow.execute_activity(
+                MODEL_STEP,
+                inp,
+                result_type=StepSummary,
+                start_to_close_timeout=timedelta(seconds=plan.step_timeout_s),
+                heartbeat_timeout=options.heartbeat(plan),
+                retry_policy=policy,
+                # on cancelChat, wait for the step to store what it streamed so far
+                cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=f"model step {step} · {plan.model}{size}",
+            )
+
+        if not _attempt_budgets():
+            inp = ModelStepInput(turn=ref, step=step, model=plan.model)
+            return await attempt(inp, options.model_retry(plan))
+        return await options.with_budgets(
+            lambda n, failed, last: attempt(
+                ModelStepInput(
+                    turn=ref,
+                    step=step,
+                    model=plan.model,
+                    attempt=n,
+                    failures=failed,
+                    last_try=last,
+                ),
+                options.ONE_ATTEMPT,
+            ),
+            stage=f"model step {step}",
+            kind="stream",
+            tries=plan.max_retries + 1,
+            crash_retries=plan.crash_retries,
+            final_types=options.MODEL_FINAL,
         )
 
     async def _tool_calls(self, ref: TurnRef, plan: TurnPlan, summary: StepSummary) -> bool:
@@ -433,21 +465,35 @@ class TurnWorkflow:
         if call.timeout_s is not None:
             limit = max(limit, call.timeout_s * (call.retries + 1) + TOOL_TIMEOUT_MARGIN_S)
         details = "" if resolution else _tool_limits(call)
-        return workflow.execute_activity(
-            TOOL_CALL,
-            ToolCallInput(
-                turn=ref,
-                step=step,
-                tool_call_id=call.tool_call_id,
-                tool_name=call.tool_name,
-                resolution=resolution,
-            ),
-            result_type=ToolOutcome,
-            start_to_close_timeout=timedelta(seconds=limit),
-            heartbeat_timeout=options.heartbeat(plan),
-            retry_policy=options.TOOL_RETRY,
-            summary=f"tool {call.tool_name}{details}"
-            + (" · client's answer" if resolution else ""),
+
+        def attempt(n: int, failed: int, policy: RetryPolicy) -> Awaitable[ToolOutcome]:
+            return workflow.execute_activity(
+                TOOL_CALL,
+                ToolCallInput(
+                    turn=ref,
+                    step=step,
+                    tool_call_id=call.tool_call_id,
+                    tool_name=call.tool_name,
+                    resolution=resolution,
+                    attempt=n,
+                    failures=failed,
+                ),
+                result_type=ToolOutcome,
+                start_to_close_timeout=timedelta(seconds=limit),
+                heartbeat_timeout=options.heartbeat(plan),
+                retry_policy=policy,
+                summary=f"tool {call.tool_name}{details}"
+                + (" · client's answer" if resolution else ""),
+            )
+
+        if not _attempt_budgets():
+            return attempt(0, 0, options.TOOL_RETRY)
+        return options.with_budgets(
+            lambda n, failed, _last: attempt(n, failed, options.ONE_ATTEMPT),
+            stage=f"tool {call.tool_name}",
+            kind="tool",
+            tries=options.TOOL_TRIES,
+            crash_retries=plan.crash_retries,
         )
 
     async def _wait_for_client(self, plan: TurnPlan, pending: list[ToolOutcome]) -> None:
@@ -564,6 +610,16 @@ def _tool_limits(call: ToolCallRef) -> str:
         return ""
     text = f" · timeout {call.timeout_s:g}s"
     return text + (f" · retries {call.retries}" if call.retries else "")
+
+
+PATCH_ATTEMPT_BUDGETS = "activity-attempt-budgets"
+"""Model steps, compactions and tool calls are retried by the workflow, one attempt per
+schedule, with a worker's deaths counted apart from the activity's own failures; runs
+recorded before let Temporal retry them (``options.model_retry``, ``options.TOOL_RETRY``)."""
+
+
+def _attempt_budgets() -> bool:
+    return workflow.patched(PATCH_ATTEMPT_BUDGETS)
 
 
 LOCAL_BOOKKEEPING_PATCH = "local-begin-finish"

@@ -46,6 +46,11 @@ class TurnRecord(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     """The request's metadata (``SubmitMessages.metadata``, bounded by
     ``MAX_METADATA_BYTES``): every hook context and the turn's result carry it."""
+    running: str | None = None
+    """The local activity of the turn (``begin:<run>``, ``finish``, ``fail``) whose attempt
+    has started and not ended: the next attempt that finds it set knows its worker died."""
+    crashes: dict[str, int] = Field(default_factory=dict)
+    """Attempts of each local activity (``running``) that started and never ended."""
 
 
 class StoreUnavailable(Exception):
@@ -90,6 +95,24 @@ def kept_record(current: TurnRecord, claimant: TurnRecord) -> TurnRecord:
     return claimant.model_copy(
         update={"owner": current.owner, "by_conversation": current.by_conversation}
     )
+
+
+def started(previous: TurnRecord | None, record: TurnRecord, key: str) -> TurnRecord:
+    """``record`` marked as running ``key``, with ``previous``'s count of attempts that
+    never ended (``crashes``): one more when ``previous`` was running ``key`` too."""
+    crashes = dict(previous.crashes) if previous is not None else {}
+    if previous is not None and previous.running == key:
+        crashes[key] = crashes.get(key, 0) + 1
+    return record.model_copy(update={"running": key, "crashes": crashes})
+
+
+def claimed(current: TurnRecord, claimant: TurnRecord) -> TurnRecord:
+    """The record a "keep" claim stores: :func:`kept_record`, carrying the stored count of
+    attempts that never ended, one more if the claimant starts what never ended."""
+    record = kept_record(current, claimant)
+    if claimant.running is None:
+        return record.model_copy(update={"crashes": dict(current.crashes)})
+    return started(current, record, claimant.running)
 
 
 def owns(record_owner: str | None, owner: str | None) -> bool:
@@ -388,10 +411,12 @@ class TranscriptStore(abc.ABC):
         the turn (else TurnNotOwned); without, the stored owner is kept."""
 
     @abc.abstractmethod
-    async def claim_turn(self, turn: TurnRecord) -> bool:
+    async def claim_turn(self, turn: TurnRecord) -> TurnRecord | None:
         """Begin ``turn`` for ``turn.owner`` (see :func:`claim_decision`): store the record,
         first deleting the steps, tool results and messages of a run it takes the turn over
-        from. False, and nothing written, when the turn is not this run's to take."""
+        from, and return it. A run's own retry keeps what the stored record counted
+        (:func:`claimed`). None, and nothing written, when the turn is not this run's to
+        take."""
 
     @abc.abstractmethod
     async def get_turn(self, turn_id: str) -> TurnRecord | None: ...

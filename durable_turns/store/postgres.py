@@ -65,6 +65,7 @@ from durable_turns.store.base import (
     TurnRecord,
     TurnState,
     claim_decision,
+    claimed,
     kept_record,
     mask_url,
     owns,
@@ -427,7 +428,7 @@ class PostgresStore(TranscriptStore):
             await self._upsert_turn(conn, turn)
 
     @_available
-    async def claim_turn(self, turn: TurnRecord) -> bool:
+    async def claim_turn(self, turn: TurnRecord) -> TurnRecord | None:
         async with self.pool.acquire() as conn, conn.transaction():
             inserted = await conn.fetchval(
                 "INSERT INTO turns (turn_id, conversation_id, turn_number, body, owner)"
@@ -439,13 +440,13 @@ class PostgresStore(TranscriptStore):
                 turn.owner,
             )
             if inserted:
-                return True
+                return turn
             current = await self._locked_turn(conn, turn.turn_id)
             decision = claim_decision(current, turn)
             if decision == "refuse":
-                return False
+                return None
             if decision == "keep" and current is not None:
-                turn = kept_record(current, turn)
+                turn = claimed(current, turn)
             if decision == "take_over":
                 await conn.execute("DELETE FROM steps WHERE turn_id = $1", turn.turn_id)
                 await conn.execute("DELETE FROM tool_results WHERE turn_id = $1", turn.turn_id)
@@ -461,7 +462,7 @@ class PostgresStore(TranscriptStore):
                     turn.turn_id,
                 )
             await self._upsert_turn(conn, turn)
-            return True
+            return turn
 
     @_available
     async def get_turn(self, turn_id: str) -> TurnRecord | None:

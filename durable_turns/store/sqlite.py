@@ -21,6 +21,7 @@ from durable_turns.store.base import (
     TurnRecord,
     TurnState,
     claim_decision,
+    claimed,
     kept_record,
     owns,
     parse_marked_messages,
@@ -243,15 +244,15 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
 
         await self._txn(run)
 
-    async def claim_turn(self, turn: TurnRecord) -> bool:
-        def run(conn: sqlite3.Connection) -> bool:
+    async def claim_turn(self, turn: TurnRecord) -> TurnRecord | None:
+        def run(conn: sqlite3.Connection) -> TurnRecord | None:
             current = self._get_turn(conn, turn.turn_id)
             decision = claim_decision(current, turn)
             if decision == "refuse":
-                return False
+                return None
             record = turn
             if decision == "keep" and current is not None:
-                record = kept_record(current, turn)
+                record = claimed(current, turn)
             if decision == "take_over":
                 for table in ("steps", "tool_results"):
                     conn.execute(f"DELETE FROM {table} WHERE turn_id = ?", (turn.turn_id,))
@@ -265,7 +266,7 @@ class SQLiteStore(SQLiteFile, TranscriptStore):
                     (turn.conversation_id, turn.turn_id),
                 )
             self._upsert_turn(conn, record)
-            return True
+            return record
 
         return await self._txn(run)
 

@@ -8,6 +8,7 @@ from typing import Any
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from durable_turns.contract import MODEL_STEP, TOOL_CALL
 from durable_turns.messages import Message, Role, TextPart
 from tests.support.harness import Harness
 
@@ -65,18 +66,34 @@ async def activity_attempts(harness: Harness, workflow_id: str, activity: str) -
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
         and e.activity_task_scheduled_event_attributes.activity_type.name == activity
     }
+    counted = {  # the attempt the workflow counted, in the activity's input (0: Temporal's)
+        e.event_id: _input_attempt(e.activity_task_scheduled_event_attributes.input)
+        if activity in (MODEL_STEP, TOOL_CALL)
+        else 0
+        for e in history.events
+        if e.event_id in scheduled
+    }
     attempts = []
     for e in history.events:
         if (
             e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
             and e.activity_task_started_event_attributes.scheduled_event_id in scheduled
         ):
-            attempts.append(e.activity_task_started_event_attributes.attempt)
+            started = e.activity_task_started_event_attributes
+            attempts.append(counted[started.scheduled_event_id] or started.attempt)
         elif (marker := local_activity_marker(e)) is not None and marker[
             "activity_type"
         ] == activity:
             attempts.append(int(marker["attempt"]))
     return attempts
+
+
+def _input_attempt(payloads: Any) -> int:
+    try:
+        value = json.loads(payloads.payloads[0].data)
+    except (IndexError, ValueError):
+        return 0
+    return int(value.get("attempt") or 0) if isinstance(value, dict) else 0
 
 
 async def scheduled(harness: Harness, workflow_id: str) -> list[str]:
