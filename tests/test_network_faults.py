@@ -1,8 +1,8 @@
 """Issue 25, item 5: network faults between the parts, at the default settings.
 
 A fault-injecting proxy (``tests/support/faultproxy.py``) sits between the worker and one
-part: PostgreSQL (the transcript) or Redis (the live chunk stream). Mid turn, the link is
-reset, slowed, and blackholed for 30 s. Every turn completes
+part: the Temporal server, PostgreSQL (the transcript) or Redis (the live chunk stream). Mid
+turn, the link is reset, slowed, cut one way and blackholed for 30 s. Every turn completes
 with its whole reply; the transcript has the user's message once and one reply; the live
 stream a reader sees is the reply, whole and once; and the same worker process, never
 restarted, answers the next turn.
@@ -127,6 +127,44 @@ async def _the_turn_survives(
     assert again.status == "completed" and again.text == "You said: again"
     assert worker.proc.poll() is None, "the worker had to restart"
     return result
+
+
+@pytest.fixture
+def temporal_proxy(harness: Harness) -> Iterator[FaultProxy]:
+    host, port = harness.address.rsplit(":", 1)
+    with FaultProxy((host, int(port))) as proxy:
+        yield proxy
+
+
+async def test_the_temporal_link_reset_slowed_and_cut_one_way_mid_turn(
+    harness: Harness, temporal_proxy: FaultProxy
+) -> None:
+    result = await _the_turn_survives(
+        harness,
+        temporal_proxy,
+        [
+            ("reset", 1.0),
+            ("slow", 3.0),
+            ("partition:from_target", 5.0),
+            ("reset", 0.5),
+            ("partition:to_target", 5.0),
+        ],
+        TEMPORAL_ADDRESS=temporal_proxy.address,
+    )
+    assert temporal_proxy.stats.resets >= 2
+    _check_transcript(await _messages(harness.store_url, result.conversation_id), result.text)
+
+
+async def test_a_30_s_blackhole_between_the_worker_and_temporal(
+    harness: Harness, temporal_proxy: FaultProxy
+) -> None:
+    result = await _the_turn_survives(
+        harness,
+        temporal_proxy,
+        [("blackhole", BLACKHOLE_S)],
+        TEMPORAL_ADDRESS=temporal_proxy.address,
+    )
+    _check_transcript(await _messages(harness.store_url, result.conversation_id), result.text)
 
 
 @pytest.fixture
