@@ -346,8 +346,10 @@ class ModelStepActivities:
                     await stage.drain()
             return done
         except StreamStalled as e:
+            await self._settle(stage)
             raise ApplicationError(str(e), type=STREAM_STALLED) from e
         except ProviderError as e:
+            await self._settle(stage)
             if await self._is_overflow(e, inp.turn, metadata):
                 return StepSummary(step=inp.step, outcome="context_overflow", error=str(e))
             raise provider_failure(e) from e
@@ -356,6 +358,16 @@ class ModelStepActivities:
                 stage.close()
             if lease is not None:
                 lease.close()
+
+    async def _settle(self, stage: isolation.ChunkStage | None) -> None:
+        """A failed attempt's ``on_chunk`` calls end before the attempt does (at most
+        :data:`SETTLE_S`): a hook sees every chunk of an attempt before the next attempt's,
+        as readers of the live stream do. A cancelled step drops them instead (``close``)."""
+        if stage is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with keep_alive(self.deps.stream_beat_every), asyncio.timeout(SETTLE_S):
+                await stage.drain()
 
     async def _is_overflow(
         self, error: ProviderError, ref: TurnRef, metadata: dict[str, Any]
@@ -372,6 +384,10 @@ class ModelStepActivities:
             metadata=metadata,
         )
         return await self.deps.lifecycle.classify(error, ctx) == "context_overflow"
+
+
+SETTLE_S = 10.0
+"""How long a failed attempt waits for its ``on_chunk`` calls to see what it streamed."""
 
 
 def _is_final(error: ApplicationError, inp: ModelStepInput) -> bool:

@@ -11,9 +11,14 @@ One run per store (SQLite, PostgreSQL or both):
   Each conversation plays its own ``demo:`` script: every turn streams 30 numbered words,
   one chunk every 20–50 ms (chosen per turn), and every other turn first calls the
   ``get_weather`` tool;
-* a chaos loop that, every few seconds, sends SIGKILL or SIGTERM (half and half) to a
-  random live worker and starts a replacement, until the conversations are done or
-  ``--duration`` has passed.
+* every link of the workers behind a fault proxy (``tests/support/faultproxy.py``): to the
+  Temporal server, to PostgreSQL (the PostgreSQL run) and to Redis, which holds the live
+  chunk stream in both runs (``--no-network``: direct links, the SQLite chunk stream);
+* a chaos loop that, about once a second (0.6–1.4 s; at least 200 faults per store),
+  either breaks a link for 1–6 s (60 %: a reset of every connection, a blackhole, a one-way
+  partition either way, or 200 ms of latency at 16 KiB/s) or sends SIGKILL or SIGTERM
+  (half and half) to a random live worker and starts a replacement, until the
+  conversations are done or ``--duration`` has passed.
 
 Then every conversation is audited: each request got exactly one TurnResult and ran as
 exactly one turn workflow; the transcript holds each user message exactly once and one
@@ -74,8 +79,12 @@ from durable_turns.devserver import (
 )
 from durable_turns.messages import Message, StepStartPart, TextPart, ToolCallPart, ToolResultPart
 from durable_turns.models.demo import _WORDS  # how the demo model splits text into chunks
+from tests.support.faultproxy import FaultProxy
 
 PG_BASE = "postgresql://postgres@127.0.0.1:5432/test"
+REDIS_BASE = "redis://127.0.0.1:6379/0"
+NETWORK_SHARE = 0.6
+"""With ``--network``, the share of faults that break a link instead of a worker."""
 WORKERS = 3
 WORDS = 30
 HEARTBEAT_TIMEOUT_S = 2
@@ -165,7 +174,7 @@ def write_script(folder: Path, conv: str, plan: list[Expected]) -> str:
 @dataclass
 class Fault:
     kind: str
-    """SIGKILL, SIGTERM or restart."""
+    """SIGKILL, SIGTERM, restart or network."""
     at: float
     """Wall-clock seconds (time.time())."""
     pid: int | None = None
@@ -173,6 +182,59 @@ class Fault:
     """restart: when the server answered again."""
     exit_s: float | None = None
     """SIGTERM: how long the worker took to exit."""
+    link: str | None = None
+    """network: the link (``temporal``: workers ↔ server, ``store``: workers ↔ PostgreSQL,
+    ``chunks``: workers ↔ Redis)."""
+    mode: str | None = None
+    """network: reset, blackhole, partition:<direction> or slow."""
+
+
+NETWORK_MODES = ("reset", "blackhole", "partition:to_target", "partition:from_target", "slow")
+
+
+class Links:
+    """The fault proxies between the workers and the parts they reach over the network; a
+    fault breaks one link for 1–6 s (a reset at once), never two faults on one link at once."""
+
+    def __init__(self, proxies: dict[str, FaultProxy]) -> None:
+        self.proxies = proxies
+        self.busy: set[str] = set()
+        self.healing: list[asyncio.Task[None]] = []
+
+    async def fault(self, rng: random.Random) -> Fault | None:
+        free = sorted(set(self.proxies) - self.busy)
+        if not free:
+            return None
+        link, mode = rng.choice(free), rng.choice(NETWORK_MODES)
+        proxy = self.proxies[link]
+        fault = Fault("network", time.time(), link=link, mode=mode)
+        if mode == "reset":
+            await asyncio.to_thread(proxy.reset)
+            fault.until = time.time()
+            return fault
+        if mode == "blackhole":
+            proxy.blackhole()
+        elif mode == "slow":
+            proxy.slow(latency_s=0.2, bytes_per_s=16 * 1024)
+        else:
+            proxy.partition(mode.split(":", 1)[1])
+        self.busy.add(link)
+        self.healing.append(asyncio.create_task(self._heal(link, fault, rng.uniform(1, 6))))
+        return fault
+
+    async def _heal(self, link: str, fault: Fault, after_s: float) -> None:
+        await asyncio.sleep(after_s)
+        self.proxies[link].heal()
+        fault.until = time.time()
+        self.busy.discard(link)
+
+    async def close(self) -> None:
+        for task in self.healing:
+            task.cancel()
+        await asyncio.gather(*self.healing, return_exceptions=True)
+        for proxy in self.proxies.values():
+            proxy.heal()
+            proxy.close()
 
 
 class Server:
@@ -316,6 +378,7 @@ async def converse(
 async def chaos(
     pool: Pool,
     server: Server,
+    links: Links | None,
     rng: random.Random,
     until: float,
     every: tuple[float, float],
@@ -333,6 +396,10 @@ async def chaos(
             if not restarted and time.monotonic() >= restart_at:
                 restarted = True
                 faults.append(await server.restart(rng.uniform(1, 3)))
+            elif links is not None and rng.random() < NETWORK_SHARE:
+                fault = await links.fault(rng)
+                if fault is not None:
+                    faults.append(fault)
             else:
                 faults.append(await pool.fault(rng.choice(["SIGKILL", "SIGTERM"]), rng))
         except Exception as e:
@@ -550,14 +617,28 @@ async def run_store(store: str, args: argparse.Namespace, tmp: Path) -> dict[str
     scripts.mkdir(parents=True, exist_ok=True)
     server = Server(tmp / "temporal")
     await server.start()
+    links: Links | None = None
+    worker_address, worker_store, extra = server.address, store_url, {}
+    if args.network:  # every link of the workers through a fault proxy; clients go direct
+        host, port = server.address.rsplit(":", 1)
+        proxies = {"temporal": FaultProxy((host, int(port))).start()}
+        redis_host, redis_port = REDIS_BASE.split("//", 1)[1].split("/", 1)[0].rsplit(":", 1)
+        proxies["chunks"] = FaultProxy((redis_host, int(redis_port))).start()
+        extra["TURNS_CHUNK_STREAM_URL"] = f"redis://{proxies['chunks'].address}/0"
+        if store == "postgres":
+            proxies["store"] = FaultProxy(("127.0.0.1", 5432)).start()
+            worker_store = store_url.replace("127.0.0.1:5432", proxies["store"].address)
+        worker_address = proxies["temporal"].address
+        links = Links(proxies)
     env = engine_env(
-        server.address,
+        worker_address,
         queue,
         tmp,
-        TURNS_STORE_URL=store_url,
+        TURNS_STORE_URL=worker_store,
         TURNS_HEARTBEAT_TIMEOUT_S=str(HEARTBEAT_TIMEOUT_S),
         TURNS_SHUTDOWN_GRACE_S=str(SHUTDOWN_GRACE_S),
         TURNS_DEMO_DIR=str(scripts),
+        **extra,
     )
     pool = Pool(env, tmp)
     faults: list[Fault] = []
@@ -593,6 +674,7 @@ async def run_store(store: str, args: argparse.Namespace, tmp: Path) -> dict[str
         await chaos(
             pool,
             server,
+            links,
             rng,
             chaos_until,
             (args.every_min, args.every_max),
@@ -631,6 +713,8 @@ async def run_store(store: str, args: argparse.Namespace, tmp: Path) -> dict[str
         )
         return report
     finally:
+        if links is not None:
+            await links.close()
         await pool.stop()
         server.stop()
         if store == "postgres":
@@ -749,7 +833,15 @@ async def audit(
         "faults": [asdict(f) for f in faults],
         "kills": {k: sum(1 for f in faults if f.kind == k) for k in ("SIGKILL", "SIGTERM")},
         "restarts": sum(1 for f in faults if f.kind == "restart"),
-        "restart_downtime_s": [f.until - f.at for f in faults if f.until],
+        "restart_downtime_s": [f.until - f.at for f in faults if f.until and f.kind == "restart"],
+        "network": {
+            link: {
+                mode: sum(1 for f in faults if f.link == link and f.mode == mode)
+                for mode in NETWORK_MODES
+            }
+            for link in sorted({f.link for f in faults if f.link})
+        },
+        "network_faults": sum(1 for f in faults if f.kind == "network"),
         "sigterm_exit_s": stats([f.exit_s for f in faults if f.kind == "SIGTERM" and f.exit_s]),
         "counts": counts,
         "problems": problems,
@@ -770,7 +862,7 @@ def classify(
             troubles += [f"conversation: {d}" for d in disruptions(conv, t["sent"], t["done"])]
         t["hit_how"] = []
         for f in faults:
-            if f.kind == "restart":
+            if f.kind in ("restart", "network"):
                 if f.at <= t["done"] and (f.until or f.at) >= t["sent"]:
                     hits.append(f.kind)
                 continue
@@ -805,6 +897,7 @@ def classify(
         "hit_SIGKILL": extra(lambda t: "SIGKILL" in t["hit_by"] and "restart" not in t["hit_by"]),
         "hit_SIGTERM": extra(lambda t: t["hit_by"] == ["SIGTERM"]),
         "hit_restart": extra(lambda t: "restart" in t["hit_by"]),
+        "hit_network": extra(lambda t: t["hit_by"] == ["network"]),
         "task_timeout_turns": sum(
             1 for t in turns if any("(start_to_close)" in d for d in t["disruptions"])
         ),
@@ -842,6 +935,19 @@ def table(reports: list[dict[str, Any]]) -> list[list[str]]:
                 f"{r['restarts']} ({', '.join(f'{d:.1f} s' for d in r['restart_downtime_s'])})"
             ),
         ),
+        (
+            "network faults (link: reset / blackhole / one-way ×2 / slow)",
+            lambda r: (
+                f"{r.get('network_faults', 0)}: "
+                + "; ".join(
+                    f"{link} {' / '.join(str(n) for n in modes.values())}"
+                    for link, modes in r.get("network", {}).items()
+                )
+                if r.get("network_faults")
+                else "—"
+            ),
+        ),
+        ("faults in all", lambda r: str(len(r["faults"]))),
         ("client re-sends", lambda r: str(r["client_retries"])),
         ("lost", lambda r: str(r["counts"]["lost"])),
         ("duplicated", lambda r: str(r["counts"]["duplicated"])),
@@ -860,6 +966,7 @@ def table(reports: list[dict[str, Any]]) -> list[list[str]]:
         ("… SIGKILL", lambda r: fmt_stats(r["recovery"]["hit_SIGKILL"])),
         ("… SIGTERM", lambda r: fmt_stats(r["recovery"]["hit_SIGTERM"])),
         ("… server restart", lambda r: fmt_stats(r["recovery"]["hit_restart"])),
+        ("… network only", lambda r: fmt_stats(r["recovery"].get("hit_network", {}))),
         (
             "hit turns that waited out a workflow task timeout",
             lambda r: str(r["recovery"]["task_timeout_turns"]),
@@ -895,7 +1002,8 @@ def render_markdown(
         " mid-run (SIGTERM, 1–3 s down, same port and file)",
         f"- workers: {WORKERS} × `python worker.py`, `TURNS_HEARTBEAT_TIMEOUT_S={HEARTBEAT_TIMEOUT_S}`,"
         f" `TURNS_SHUTDOWN_GRACE_S={SHUTDOWN_GRACE_S}`; a fault every {meta['every']} s"
-        " (SIGKILL or SIGTERM to a random live worker, a replacement started at once)",
+        " (SIGKILL or SIGTERM to a random live worker, a replacement started at once; with the"
+        " network faults, 60 % of them break one worker link for 1–6 s instead)",
         f"- turns: {WORDS} numbered words per reply, one chunk every 20–50 ms; every other turn"
         " calls `get_weather` first (2 model steps)",
         "- recovery = a hit turn's latency beyond its scripted streaming time, minus the median"
@@ -955,13 +1063,24 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a ~1 minute run per store")
     parser.add_argument("--tmp", help="where the server's database and the stores live")
     parser.add_argument("--out", help="results file stem under bench/results/")
+    parser.add_argument(
+        "--network",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="put each worker link (Temporal, PostgreSQL, Redis chunks) behind a fault proxy"
+        " and break links too (default on)",
+    )
     args = parser.parse_args(argv)
     quick = args.quick
     args.conversations = args.conversations or (8 if quick else 24)
     args.turns = args.turns or (5 if quick else 12)
-    args.duration = args.duration or (30.0 if quick else 150.0)
-    args.drain = 60.0 if quick else 120.0
-    args.every_min, args.every_max = (3.0, 6.0) if quick else (3.0, 9.0)
+    args.duration = args.duration or (30.0 if quick else 240.0)
+    args.drain = 60.0 if quick else 150.0
+    # the full run: at least 200 faults per store (one every 0.6–1.4 s, most of them on links)
+    if args.network:
+        args.every_min, args.every_max = (1.0, 2.0) if quick else (0.6, 1.4)
+    else:  # every fault a worker's death: the earlier pace
+        args.every_min, args.every_max = (3.0, 6.0) if quick else (3.0, 9.0)
     stores = ["sqlite", "postgres"] if args.store == "both" else [args.store]
     meta: dict[str, Any] = {
         "mode": "quick" if quick else "full",

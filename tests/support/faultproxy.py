@@ -93,7 +93,11 @@ class FaultProxy:
         self.reset()
 
     def blackhole(self) -> None:
-        self._call(lambda: [self._open[d].clear() for d in DIRECTIONS])
+        def close_both() -> None:
+            for direction in DIRECTIONS:
+                self._open[direction].clear()
+
+        self._call(close_both)
 
     def partition(self, direction: str) -> None:
         if direction not in DIRECTIONS:
