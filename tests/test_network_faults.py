@@ -19,11 +19,10 @@ import pytest
 
 from durable_turns.contract import TurnResult
 from durable_turns.messages import Message
-from durable_turns.store import open_store
 from durable_turns.streams import CHUNK, ChunkPublisher, open_stream_backend
 from tests.support.faultproxy import FaultProxy
 from tests.support.harness import Harness
-from tests.support.probes import wait_until
+from tests.support.probes import stored_messages, wait_until
 from tests.test_live_stream import text_of
 from tests.test_store import PG_URL
 
@@ -57,15 +56,6 @@ async def _streaming(harness: Harness, conversation: str, step: int) -> bool:
     except Exception:
         return False
     return str(state.get("status")) == f"model step {step}"
-
-
-async def _messages(url: str, conversation: str) -> list[Message]:
-    store = open_store(url)
-    await store.open()
-    try:
-        return await store.messages(conversation)
-    finally:
-        await store.close()
 
 
 def _check_transcript(messages: list[Message], text: str) -> None:
@@ -152,7 +142,7 @@ async def test_the_temporal_link_reset_slowed_and_cut_one_way_mid_turn(
         TEMPORAL_ADDRESS=temporal_proxy.address,
     )
     assert temporal_proxy.stats.resets >= 2
-    _check_transcript(await _messages(harness.store_url, result.conversation_id), result.text)
+    _check_transcript(await stored_messages(harness.store_url, result.conversation_id), result.text)
 
 
 async def test_a_30_s_blackhole_between_the_worker_and_temporal(
@@ -164,7 +154,7 @@ async def test_a_30_s_blackhole_between_the_worker_and_temporal(
         [("blackhole", BLACKHOLE_S)],
         TEMPORAL_ADDRESS=temporal_proxy.address,
     )
-    _check_transcript(await _messages(harness.store_url, result.conversation_id), result.text)
+    _check_transcript(await stored_messages(harness.store_url, result.conversation_id), result.text)
 
 
 @pytest.fixture
@@ -188,7 +178,7 @@ async def test_the_postgres_link_reset_slowed_and_blackholed_mid_turn(
         [("reset", 1.0), ("slow", 2.0), ("blackhole", BLACKHOLE_S)],
         TURNS_STORE_URL=via,
     )
-    _check_transcript(await _messages(direct, result.conversation_id), result.text)
+    _check_transcript(await stored_messages(direct, result.conversation_id), result.text)
 
 
 async def test_the_redis_link_reset_and_blackholed_mid_turn(harness: Harness) -> None:
@@ -204,7 +194,7 @@ async def test_the_redis_link_reset_and_blackholed_mid_turn(harness: Harness) ->
             TURNS_CHUNK_STREAM_URL=via,
         )
     await _check_stream(REDIS, result, result.text)
-    _check_transcript(await _messages(harness.store_url, result.conversation_id), result.text)
+    _check_transcript(await stored_messages(harness.store_url, result.conversation_id), result.text)
 
 
 async def test_a_redis_follower_pauses_and_resumes_through_a_reset_and_a_blackhole() -> None:

@@ -15,11 +15,9 @@ import uuid
 from temporalio.api.enums.v1 import EventType
 
 from durable_turns.contract import TurnResult
-from durable_turns.messages import Message
-from durable_turns.store import open_store
 from tests.support.faultproxy import FaultProxy
 from tests.support.harness import Harness
-from tests.support.probes import wait_until
+from tests.support.probes import stored_messages, wait_until
 
 OUTAGE_S = 15
 WORDS = 40
@@ -104,7 +102,7 @@ async def test_a_store_outage_mid_turn_is_waited_out(harness: Harness) -> None:
         ]
         assert not failed
         assert "waiting for the store" in worker.log_tail(200_000)
-        messages = await _messages(url.replace(f":{proxy.port}/", ":5432/"), conversation)
+        messages = await stored_messages(url.replace(f":{proxy.port}/", ":5432/"), conversation)
         assert [m.role for m in messages] == ["user", "assistant"]
     finally:
         proxy.close()
@@ -112,15 +110,6 @@ async def test_a_store_outage_mid_turn_is_waited_out(harness: Harness) -> None:
 
 async def _is(harness: Harness, conversation: str, status: str) -> bool:
     return await _turn_state(harness, conversation) == status
-
-
-async def _messages(url: str, conversation: str) -> list[Message]:
-    store = open_store(url)
-    await store.open()
-    try:
-        return await store.messages(conversation)
-    finally:
-        await store.close()
 
 
 async def test_wait_returns_a_typed_error_when_the_turn_workflow_itself_failed(

@@ -14,6 +14,7 @@ the UI show, and the conversation goes on.
 # outside the sandbox).
 
 import asyncio
+import functools
 import json
 from collections import deque
 from collections.abc import Sequence
@@ -631,10 +632,7 @@ class ConversationWorkflow:
         value: Any = None
         try:
             value = decode(raw, MAX_REQUEST_BYTES)
-            try:
-                req = AddMessages.model_validate(value)
-            except ValidationError as e:
-                raise Rejected(INVALID_REQUEST, _explain(e)) from None
+            req = _validated(AddMessages, value)
             if self._id_problem:
                 raise Rejected(INVALID_ID, f"invalid conversation id: {self._id_problem}")
             request_id = req.request_id or req.derived_request_id() or str(workflow.uuid4())
@@ -693,10 +691,7 @@ class ConversationWorkflow:
         value: Any = None
         try:
             value = decode(raw, MAX_REQUEST_BYTES)
-            try:
-                req = ContinueLastTurn.model_validate(value or {})
-            except ValidationError as e:
-                raise Rejected(INVALID_REQUEST, _explain(e)) from None
+            req = _validated(ContinueLastTurn, value or {})
             _gate_metadata(req)
             request_id = req.request_id or str(workflow.uuid4())
             if request_id in self._records:
@@ -867,17 +862,16 @@ class ConversationWorkflow:
     def _parse_submit(self, value: Any) -> SubmitMessages:
         if self._id_problem:
             raise Rejected(INVALID_ID, f"invalid conversation id: {self._id_problem}")
-        try:
-            return SubmitMessages.model_validate(value)
-        except ValidationError as e:
-            raise Rejected(INVALID_REQUEST, _explain(e)) from None
+        return _validated(SubmitMessages, value)
 
     def _concurrency(self, request: PendingRequest | SubmitMessages) -> str:
         """What ``request`` does while a turn runs or waits: its own setting, the
         conversation's, the worker's, else ``queue``."""
-        own = request.concurrency if isinstance(request, PendingRequest) else None
-        if isinstance(request, SubmitMessages):
-            own = request.message_concurrency
+        own = (
+            request.concurrency
+            if isinstance(request, PendingRequest)
+            else request.message_concurrency
+        )
         return own or self._settings.message_concurrency or self._worker_concurrency or "queue"
 
     def _debounce_ms(self, request: PendingRequest) -> int:
@@ -892,17 +886,20 @@ class ConversationWorkflow:
             quiet = (workflow.now() - self._last_arrival).total_seconds() * 1000
             if quiet >= ms:
                 return
-            seen = self._arrivals
             workflow.set_current_details(f"debounce: waiting for {ms} ms without a new message")
             try:
                 await workflow.wait_condition(
-                    lambda seen=seen: self._arrivals != seen or self._handing_over,  # type: ignore[misc]
+                    functools.partial(self._moved_since, self._arrivals),
                     timeout=timedelta(milliseconds=ms - quiet),
                 )
             except TimeoutError:
                 pass
             if self._handing_over:
                 return
+
+    def _moved_since(self, arrivals: int) -> bool:
+        """A turn request came since ``arrivals``, or the run hands over."""
+        return self._arrivals != arrivals or self._handing_over
 
     def _merge_waiting(self, request: PendingRequest) -> None:
         """Fold the turn requests waiting right behind ``request`` that merge too into it, in
@@ -1173,6 +1170,17 @@ def _handed_over(request_id: str) -> ApplicationError:
 
 def _explain(error: ValidationError) -> str:
     return f"malformed request: {validation_problems(error, limit=5)}"
+
+
+Request = TypeVar("Request", SubmitMessages, ContinueLastTurn, AddMessages)
+
+
+def _validated(model: type[Request], value: Any) -> Request:
+    """``value`` as the request ``model``, or a ``Rejected`` (InvalidRequest) saying why not."""
+    try:
+        return model.model_validate(value)
+    except ValidationError as e:
+        raise Rejected(INVALID_REQUEST, _explain(e)) from None
 
 
 def _summary(number: int, conversation_id: str, model: str | None, request_kind: str) -> str:

@@ -176,36 +176,28 @@ class TurnWorkflow:
             self._sizes[call_id] = size
         del self._rejected[:-10]
 
+    def _refused(self, inp: TurnInput, error_type: str, message: str) -> TurnResult:
+        """The result of a turn that will not run at all (its input breaks the rules)."""
+        self._status = "error"
+        workflow.set_current_details(f"**error** ({error_type}): {message}")
+        return TurnResult(
+            request_id=inp.request_id,
+            conversation_id=inp.conversation_id,
+            turn_number=inp.turn_number,
+            workflow_id=workflow.info().workflow_id,
+            status="error",
+            error=ErrorInfo(type=error_type, message=message),
+        )
+
     @workflow.run
     async def run(self, inp: TurnInput) -> TurnResult:
-        problem = id_problem(inp.conversation_id)
-        if problem and workflow.info().parent is None:
-            # Started directly with an id no conversation may have: touch nothing.
-            self._status = "error"
-            error = ErrorInfo(type=INVALID_ID, message=f"invalid conversation id: {problem}")
-            workflow.set_current_details(f"**error** ({INVALID_ID}): {error.message}")
-            return TurnResult(
-                request_id=inp.request_id,
-                conversation_id=inp.conversation_id,
-                turn_number=inp.turn_number,
-                workflow_id=workflow.info().workflow_id,
-                status="error",
-                error=error,
-            )
-        problem = metadata_problem(inp.metadata) if inp.metadata else None
-        if problem and workflow.info().parent is None:
-            # Started directly with metadata no conversation accepts: touch nothing.
-            self._status = "error"
-            error = ErrorInfo(type=INVALID_REQUEST, message=f"invalid metadata: {problem}")
-            workflow.set_current_details(f"**error** ({INVALID_REQUEST}): {error.message}")
-            return TurnResult(
-                request_id=inp.request_id,
-                conversation_id=inp.conversation_id,
-                turn_number=inp.turn_number,
-                workflow_id=workflow.info().workflow_id,
-                status="error",
-                error=error,
-            )
+        if workflow.info().parent is None:
+            # Started directly with an id no conversation may have, or metadata no
+            # conversation accepts: touch nothing.
+            if problem := id_problem(inp.conversation_id):
+                return self._refused(inp, INVALID_ID, f"invalid conversation id: {problem}")
+            if inp.metadata and (problem := metadata_problem(inp.metadata)):
+                return self._refused(inp, INVALID_REQUEST, f"invalid metadata: {problem}")
         ref = TurnRef(
             conversation_id=inp.conversation_id,
             turn_number=inp.turn_number,

@@ -6,6 +6,8 @@ import asyncio
 import socket
 from collections.abc import Callable
 
+from durable_turns.messages import Message
+from durable_turns.store import open_store
 from durable_turns.streams import open_stream_backend
 from durable_turns.streams.base import ChunkStreamBackend
 from tests.support.harness import Harness
@@ -65,3 +67,13 @@ async def chunk_backend(harness: Harness, url: str | None = None) -> ChunkStream
     assert streams is not None
     await streams.open()
     return streams
+
+
+async def stored_messages(url: str, conversation: str) -> list[Message]:
+    """A conversation's transcript, read with a store of its own at ``url``."""
+    store = open_store(url)
+    await store.open()
+    try:
+        return await store.messages(conversation)
+    finally:
+        await store.close()
