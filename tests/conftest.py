@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -15,6 +15,7 @@ from temporalio.testing import WorkflowEnvironment
 from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import FAST_DYNAMIC_CONFIG, temporal_binary
 from tests.llm_server import LLMServer
+from tests.support.diagnose import explain
 from tests.support.harness import Harness
 from tests.support.web import door  # noqa: F401 (the front door's fixture, for every test file)
 
@@ -64,12 +65,30 @@ def server(llm_server_session: LLMServer) -> LLMServer:
     return llm_server_session
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """Keep each phase's report on the test item, for the fixtures' teardown to read."""
+    report = yield
+    item.stash.setdefault(REPORTS, {})[report.when] = report
+    return report
+
+
+REPORTS = pytest.StashKey[dict[str, pytest.TestReport]]()
+
+
 @pytest.fixture
-async def harness(client: Client, temporal_address: str, tmp_path: Path) -> AsyncIterator[Harness]:
+async def harness(
+    client: Client, temporal_address: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> AsyncIterator[Harness]:
     h = Harness(client, temporal_address, tmp_path)
     try:
         yield h
     finally:
+        call = request.node.stash.get(REPORTS, {}).get("call")
+        if call is not None and call.failed:  # say where the test's world stood
+            print(await explain(h))
         await h.close()
 
 
