@@ -14,8 +14,9 @@ One run per store (SQLite, PostgreSQL or both):
 * every link of the workers behind a fault proxy (``tests/support/faultproxy.py``): to the
   Temporal server, to PostgreSQL (the PostgreSQL run) and to Redis, which holds the live
   chunk stream in both runs (``--no-network``: direct links, the SQLite chunk stream);
-* a chaos loop that, 0.6–1.4 s after each fault ended (a kill waits for its replacement;
-  about 120 faults per store in 240 s),
+* a chaos loop that, 0.6–1.4 s after each fault began (a replacement for a killed worker
+  starts in the background; a worker is only killed while another is live; about 200 faults
+  per store in 240 s),
   either breaks a link for 1–6 s (60 %: a reset of every connection, a blackhole, a one-way
   partition either way, or 200 ms of latency at 16 KiB/s) or sends SIGKILL or SIGTERM
   (half and half) to a random live worker and starts a replacement, until the
@@ -271,7 +272,9 @@ class Server:
 
 
 class Pool:
-    """The worker processes; a fault takes one down and starts its replacement."""
+    """The worker processes; a fault takes one down and starts its replacement, without
+    waiting for it (a worker takes seconds to be ready on a loaded machine, and the chaos goes
+    on meanwhile). A worker is only taken down while another is live."""
 
     def __init__(self, env: dict[str, str], logs: Path) -> None:
         self.env = env
@@ -279,6 +282,7 @@ class Pool:
         self.live: list[WorkerProcess] = []
         self.dead: list[WorkerProcess] = []
         self.reaping: list[asyncio.Task[None]] = []
+        self.starting: list[asyncio.Task[None]] = []
         self.started = 0
 
     def _start(self) -> WorkerProcess:
@@ -299,6 +303,15 @@ class Pool:
     async def spawn(self) -> None:
         self.live.append(await asyncio.to_thread(self._start))
 
+    @property
+    def can_kill(self) -> bool:
+        return len(self.live) >= 2
+
+    @property
+    def short(self) -> int:
+        """How many workers are missing, counting the replacements on their way."""
+        return WORKERS - len(self.live) - sum(1 for t in self.starting if not t.done())
+
     async def fault(self, kind: str, rng: random.Random) -> Fault:
         victim = rng.choice(self.live)
         self.live.remove(victim)
@@ -306,8 +319,22 @@ class Pool:
         victim.proc.send_signal(signal.SIGKILL if kind == "SIGKILL" else signal.SIGTERM)
         self.dead.append(victim)
         self.reaping.append(asyncio.create_task(self._reap(victim, fault)))
-        await self.spawn()
+        self.replace()
         return fault
+
+    def replace(self) -> None:
+        """Start a replacement in the background (a failed start is tried again)."""
+
+        async def start() -> None:
+            for _ in range(5):
+                try:
+                    await self.spawn()
+                    return
+                except Exception as e:
+                    print(f"  pool: a replacement did not start: {e}"[:300], flush=True)
+                    await asyncio.sleep(2)
+
+        self.starting.append(asyncio.create_task(start()))
 
     async def _reap(self, victim: WorkerProcess, fault: Fault) -> None:
         try:
@@ -317,6 +344,7 @@ class Pool:
         fault.exit_s = time.time() - fault.at
 
     async def stop(self) -> None:
+        await asyncio.gather(*self.starting, return_exceptions=True)
         await asyncio.gather(*self.reaping, return_exceptions=True)
         await asyncio.gather(*(asyncio.to_thread(w.stop) for w in self.live))
         for w in self.dead:
@@ -397,18 +425,22 @@ async def chaos(
             if not restarted and time.monotonic() >= restart_at:
                 restarted = True
                 faults.append(await server.restart(rng.uniform(1, 3)))
-            elif links is not None and rng.random() < NETWORK_SHARE:
-                fault = await links.fault(rng)
-                if fault is not None:
-                    faults.append(fault)
-            else:
-                faults.append(await pool.fault(rng.choice(["SIGKILL", "SIGTERM"]), rng))
+                continue
+            # a network fault 60 % of the time; when every link is already broken, or no
+            # worker can be spared, the other kind (or, neither possible, a pause)
+            network = links is not None and rng.random() < NETWORK_SHARE
+            if not network and not pool.can_kill:
+                network = links is not None
+            fault = await links.fault(rng) if network and links is not None else None
+            if fault is None and pool.can_kill:
+                fault = await pool.fault(rng.choice(["SIGKILL", "SIGTERM"]), rng)
+            if fault is not None:
+                faults.append(fault)
         except Exception as e:
             print(f"  chaos: {type(e).__name__}: {e}", flush=True)
             await asyncio.sleep(2)
-            while len(pool.live) < WORKERS and time.monotonic() < until:
-                with contextlib.suppress(Exception):
-                    await pool.spawn()
+            for _ in range(pool.short):
+                pool.replace()
 
 
 # --- the audit ---------------------------------------------------------------------------
@@ -1003,8 +1035,10 @@ def render_markdown(
         " mid-run (SIGTERM, 1–3 s down, same port and file)",
         f"- workers: {WORKERS} × `python worker.py`, `TURNS_HEARTBEAT_TIMEOUT_S={HEARTBEAT_TIMEOUT_S}`,"
         f" `TURNS_SHUTDOWN_GRACE_S={SHUTDOWN_GRACE_S}`; a fault every {meta['every']} s"
-        " (SIGKILL or SIGTERM to a random live worker, a replacement started at once; with the"
-        " network faults, 60 % of them break one worker link for 1–6 s instead)",
+        " (SIGKILL or SIGTERM to a random live worker while another is live, its replacement"
+        " started in the background; with the network faults, 60 % of them break one worker"
+        " link for 1–6 s instead, and the other kind is chosen when every link is broken or no"
+        " worker can be spared)",
         f"- turns: {WORDS} numbered words per reply, one chunk every 20–50 ms; every other turn"
         " calls `get_weather` first (2 model steps)",
         "- recovery = a hit turn's latency beyond its scripted streaming time, minus the median"
@@ -1077,7 +1111,7 @@ async def main(argv: list[str] | None = None) -> int:
     args.turns = args.turns or (5 if quick else 12)
     args.duration = args.duration or (30.0 if quick else 240.0)
     args.drain = 60.0 if quick else 150.0
-    # the full run: a fault 0.6–1.4 s after the last (most of them on links; ~120 per store)
+    # the full run: a fault every 0.6–1.4 s (most of them on links; ~200 per store)
     if args.network:
         args.every_min, args.every_max = (1.0, 2.0) if quick else (0.6, 1.4)
     else:  # every fault a worker's death: the earlier pace

@@ -142,6 +142,8 @@ class FaultProxy:
             await asyncio.gather(
                 self._pipe(reader, up_w, "to_target"), self._pipe(up_r, writer, "from_target")
             )
+        except asyncio.CancelledError:
+            pass  # the proxy closing: asyncio's stream callback would log a cancelled handler
         finally:
             self._writers.discard(writer)
 
