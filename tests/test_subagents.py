@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 
 from durable_turns.client import TurnsClient
 from durable_turns.contract import agent_conversation_id, turn_workflow_id
@@ -19,8 +19,14 @@ from durable_turns.streams import AGENT_CHUNK
 from tests.support.harness import Harness
 from tests.support.hooks import calls, wait_for_hook
 from tests.support.probes import chunk_backend, wait_until
+from tests.test_replay import HISTORIES, replayer, settled_history
 
 AGENT_TOOLS = "tests.support.tools,tests.support.agent_tools"
+SUBAGENT_WORKER = {"TURNS_TOOLS": AGENT_TOOLS}
+"""The worker that records (and freshly replays) the sub-agent histories."""
+SUBAGENT_HISTORIES = HISTORIES / "subagents"
+"""Recorded by ``python -m tests.record_histories recorded-sa subagents``; replayed with the
+others by ``tests/test_replay.py``."""
 
 PARENT = [
     {"tool_calls": [{"name": "research", "input": {"task": "What is 2 + 3?"}}]},
@@ -250,3 +256,23 @@ async def test_client_tools_inside_a_sub_agent_are_a_typed_error(harness: Harnes
     assert not [r for r in harness.tool_runs() if r["tool"] == "wipe_disk"]
     state = await harness.turns.state(conversation)
     assert state.running is None  # nothing waits on a client that will never be asked
+
+
+async def record_subagents(harness: Harness, conversation: str) -> list[WorkflowHistory]:
+    """A conversation whose turn calls an agent tool: the conversation's, the parent turn's
+    and the child turn's histories."""
+    child_script(harness, CHILD)
+    result = await harness.send(conversation, "go", model=harness.script(SLOW_PARENT))
+    assert result.status == "completed", result.error
+    child = harness.client.get_workflow_handle(child_of(conversation, 1, "call_r"))
+    return [
+        await settled_history(harness, conversation),
+        await harness.client.get_workflow_handle(result.workflow_id).fetch_history(),
+        await child.fetch_history(),
+    ]
+
+
+async def test_fresh_subagent_histories_replay(harness: Harness) -> None:
+    harness.start_worker(**SUBAGENT_WORKER)
+    for history in await record_subagents(harness, harness.conv("replay-sa")):
+        await replayer().replay_workflow(history)
