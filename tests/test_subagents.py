@@ -15,7 +15,8 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 from durable_turns.client import TurnsClient
 from durable_turns.contract import agent_conversation_id, turn_workflow_id
 from durable_turns.messages import ToolResultPart
-from durable_turns.streams import AGENT_CHUNK
+from durable_turns.streams import AGENT_CHUNK, StreamEvent
+from durable_turns.web.protocol import UIMessageStream
 from tests.support.harness import Harness
 from tests.support.hooks import calls, wait_for_hook
 from tests.support.probes import chunk_backend, wait_until
@@ -176,6 +177,42 @@ async def test_the_childs_chunks_appear_on_the_parents_stream(harness: Harness) 
     [result_at] = [i for i, e in enumerate(events) if e.type == "tool-result"]
     assert max(i for i, e in enumerate(events) if e.type == AGENT_CHUNK) < result_at
     assert events[result_at].data["output"] == "Let me add.\n\nThe sum is 5."
+    # the front door: the child's reply so far as the call's preliminary output, then its result
+    ui = UIMessageStream("m")
+    ui.begin_turn(started.turn_number)
+    sent = [c for ev in events for c in ui.feed(ev) if c.get("toolCallId") == "call_r"]
+    kinds = [(c["type"], c.get("preliminary", False)) for c in sent]
+    assert kinds.index(("tool-input-available", False)) < kinds.index(
+        ("tool-output-available", True)
+    )
+    assert kinds[-1] == ("tool-output-available", False)
+    preliminary = [c["output"] for c in sent if c.get("preliminary")]
+    assert preliminary and preliminary[-1]["text"] == "Let me add.\n\nThe sum is 5."
+    assert preliminary[-1]["status"] == "completed"
+    assert sent[-1]["output"] == "Let me add.\n\nThe sum is 5."
+
+
+def test_preliminary_output_drops_repeats_and_restarts_a_reset_step() -> None:
+    ui = UIMessageStream("m")
+    ui.begin_turn(1)
+
+    def agent(offset: int, kind: str, data: dict[str, Any], attempt: int = 1) -> Any:
+        event = {"type": kind, "data": data, "step": 0, "attempt": attempt}
+        body = {"tool_call_id": "c", "tool_name": "a", "offset": offset, "event": event}
+        return StreamEvent(offset=100 + offset, type=AGENT_CHUNK, data=body)
+
+    def texts(*evs: Any) -> list[str]:
+        return [c["output"]["text"] for ev in evs for c in ui.feed(ev)]
+
+    long = "x" * 100
+    assert texts(agent(0, "step-start", {})) == [""]
+    assert texts(agent(1, "chunk", {"type": "text-delta", "text": long})) == [long]
+    assert texts(agent(1, "chunk", {"type": "text-delta", "text": long})) == []  # a repeat
+    assert texts(agent(2, "chunk", {"type": "text-delta", "text": "y"})) == []  # small growth
+    assert texts(agent(3, "reset", {}, attempt=2)) == [""]  # the step is retried: start again
+    assert texts(agent(4, "chunk", {"type": "text-delta", "text": "z"}, attempt=2)) == []
+    assert texts(agent(5, "chunk", {"type": "text-delta", "text": "old"}, attempt=1)) == []
+    assert texts(agent(6, "step-finish", {}, attempt=2)) == ["z"]
 
 
 async def test_cancelling_the_parent_cancels_the_child(harness: Harness) -> None:
