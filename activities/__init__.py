@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from durable_turns.activities.agent_relay import AgentRelayActivities
 from durable_turns.activities.begin import BeginActivities
 from durable_turns.activities.compact import CompactActivities
 from durable_turns.activities.conversation import ConversationActivities, intake_pause
@@ -32,6 +33,7 @@ def all_activities(deps: ActivityDeps) -> list[Callable[..., Any]]:
         BeginActivities(deps).begin_turn,
         ModelStepActivities(deps).model_step,
         ToolCallActivities(deps).tool_call,
+        AgentRelayActivities(deps).relay_agent,
         CompactActivities(deps).compact,
         finish.finish_turn,
         finish.fail_turn,

@@ -28,6 +28,8 @@ class BeginActivities:
     @activity.defn(name=BEGIN_TURN)
     async def begin_turn(self, inp: BeginTurnInput) -> TurnPlan:
         """Persist the user's messages, assemble the context, ask before_turn, record the plan."""
+        if (agent := self.deps.of(inp.turn)) is not self.deps:  # a sub-agent's turn
+            return await BeginActivities(agent).begin_turn(inp)
         deps, ref = self.deps, inp.turn
         model = inp.model or deps.settings.model
         async with keep_alive(deps.beat_every):

@@ -48,6 +48,8 @@ class CompactActivities:
     @activity.defn(name=COMPACT)
     async def compact(self, inp: CompactInput) -> CompactResult:
         """Fold older messages into a summary (the transcript itself is kept whole)."""
+        if (agent := self.deps.of(inp.turn)) is not self.deps:  # a sub-agent's turn
+            return await CompactActivities(agent).compact(inp)
         turn = await self.deps.turn(inp.turn)
         async with keep_alive(self.deps.beat_every):
             context = await ctx_build.base_messages(self.deps.store, turn)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,10 +20,11 @@ from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import heartbeats
 from durable_turns.activities.errors import INVALID_MODEL, crash_loop, taken_over
-from durable_turns.activities.lifecycle import Lifecycle
+from durable_turns.activities.lifecycle import Lifecycle, call_hook
 from durable_turns.activities.patient_store import PatientStore
+from durable_turns.agents import AgentTool, AgentTools
 from durable_turns.config import Settings
-from durable_turns.contract import TurnRef
+from durable_turns.contract import UNKNOWN_AGENT, TurnRef
 from durable_turns.hooks import TurnHooks
 from durable_turns.hooks.session import Session
 from durable_turns.hooks.types import ToolSpec, TurnConfig
@@ -52,7 +54,14 @@ class ActivityDeps:
     session_source: Session | Awaitable[Session] | None = None
     streams: ChunkStreamBackend | None = None
     extensions: Sequence[Any] | None = None
+    default_system: str | None = None
+    """The system prompt when neither the turn's config nor the session gives one (None: the
+    hooks' ``system_prompt``); an agent tool's ``system``."""
+    root: ActivityDeps | None = None
+    """A sub-agent's dependencies: the worker's own, which they share everything but the
+    hooks, tools and settings with (None: these are the worker's own)."""
     lifecycle: Lifecycle = field(init=False)
+    _agents: dict[str, ActivityDeps] = field(init=False, default_factory=dict)
     _session_lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
     _build_lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
     _built: set[str] = field(init=False, default_factory=set)
@@ -77,6 +86,47 @@ class ActivityDeps:
             return self.beat_every
         return min(self.beat_every, max(self.settings.cancel_check_ms / 2000, 0.05))
 
+    def of(self, turn: TurnRef | str | None) -> ActivityDeps:
+        """The dependencies a turn runs with: these, or (``TurnRef.agent``) its agent tool's:
+        the agent's hooks and session, only its tools, its model and step limit, and
+        everything else of the worker's. Raises a non-retryable ``UnknownAgent`` when the
+        worker has no agent tool of that name."""
+        agent = turn.agent if isinstance(turn, TurnRef) else turn
+        if not agent:
+            return self
+        root = self.root or self
+        deps = root._agents.get(agent)
+        if deps is None:
+            deps = root._agents[agent] = root._agent_deps(agent)
+        return deps
+
+    def _agent_deps(self, name: str) -> ActivityDeps:
+        tool = self.tools.get(name)
+        if not isinstance(tool, AgentTool) or tool.agent is None:
+            raise ApplicationError(
+                f"this worker has no agent tool named {name!r} (its tools modules must"
+                " define it on every worker of the task queue)",
+                type=UNKNOWN_AGENT,
+                non_retryable=True,
+            )
+        spec = tool.agent
+        settings = dataclasses.replace(
+            self.settings,
+            model=spec.model or self.settings.model,
+            max_steps=spec.max_steps or self.settings.max_steps,
+        )
+        return ActivityDeps(
+            self.store,
+            self.models,
+            AgentTools(self.tools, spec.tools),
+            spec.hooks,
+            settings,
+            call_hook(spec.hooks.configure_session(Session())),
+            self.streams,
+            default_system=spec.system,
+            root=self,
+        )
+
     async def session(self) -> Session:
         if not isinstance(self.session_source, Session):
             async with self._session_lock:
@@ -100,7 +150,8 @@ class ActivityDeps:
     async def system(self, config: TurnConfig) -> str:
         if config.system is not None:
             return config.system
-        return await (await self.session()).system_prompt(self.hooks.system_prompt)
+        default = self.default_system or self.hooks.system_prompt
+        return await (await self.session()).system_prompt(default)
 
     def tool_specs(
         self, config: TurnConfig, step_active: list[str] | None = None, model: str | None = None

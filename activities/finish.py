@@ -11,6 +11,7 @@ import copy
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from durable_turns import pricing
 from durable_turns.activities import context as ctx_build
@@ -45,6 +46,8 @@ class FinishActivities:
     @activity.defn(name=FINISH_TURN)
     async def finish_turn(self, inp: FinishTurnInput) -> TurnResult:
         """on_step_finish(last) → check structured output → persist the assistant message."""
+        if (agent := self.deps.of(inp.turn)) is not self.deps:  # a sub-agent's turn
+            return await FinishActivities(agent).finish_turn(inp)
         state = await self.deps.turn_state(inp.turn)
         turn, steps, results = state.turn, state.steps, state.results
         after = turn.turn_number + 1 if inp.auto_continue else None
@@ -68,6 +71,12 @@ class FinishActivities:
     @activity.defn(name=FAIL_TURN)
     async def fail_turn(self, inp: FailTurnInput) -> TurnResult:
         """on_chat_error decides what the caller sees; the partial message is persisted first."""
+        try:
+            agent = self.deps.of(inp.turn)
+        except ApplicationError:  # UnknownAgent: the worker's own hooks say how it failed
+            agent = self.deps
+        if agent is not self.deps:  # a sub-agent's turn
+            return await FinishActivities(agent).fail_turn(inp)
         ref = inp.turn
         stored = await self.deps.store.get_turn(ref.turn_id)
         if stored is not None and not owns(stored.owner, ref.owner):
@@ -206,6 +215,8 @@ class FinishActivities:
     @activity.defn(name=CHAT_RESPONSE)
     async def chat_response(self, inp: ChatResponseInput) -> None:
         """on_chat_response, after the message is persisted and the turn lock released."""
+        if (agent := self.deps.of(inp.agent)) is not self.deps:  # a sub-agent's turn
+            return await FinishActivities(agent).chat_response(inp)
         result = inp.result
         if result.status == "skipped" or not self.deps.lifecycle.overrides("on_chat_response"):
             return

@@ -78,6 +78,8 @@ class ModelStepActivities:
     @activity.defn(name=MODEL_STEP)
     async def model_step(self, inp: ModelStepInput) -> StepSummary:
         """One model call: on_step_finish(prev) → before_step → stream → persist."""
+        if (agent := self.deps.of(inp.turn)) is not self.deps:  # a sub-agent's turn
+            return await ModelStepActivities(agent).model_step(inp)
         heartbeats.count_attempt(inp.attempt, inp.failures)
         # Heartbeats from the first line: a slow before_step or on_step_finish, or a first
         # use of a provider (its SDK import), is a live worker, not a dead one; and a

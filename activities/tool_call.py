@@ -19,8 +19,9 @@ from durable_turns.activities import heartbeats, isolation
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.heartbeats import keep_alive
 from durable_turns.activities.lifecycle import OnChunk
-from durable_turns.activities.tool_calls import jsonable, run_tool_call
+from durable_turns.activities.tool_calls import ToolRun, jsonable, run_tool_call
 from durable_turns.contract import (
+    AGENT_CLIENT_TOOL,
     MAX_TOOL_OUTPUT_BYTES,
     TOOL_CALL,
     TOOL_OUTPUT_TOO_LARGE,
@@ -43,6 +44,8 @@ class ToolCallActivities:
     @activity.defn(name=TOOL_CALL)
     async def tool_call(self, inp: ToolCallInput) -> ToolOutcome:
         """before_tool_call → execute (or block / substitute) → after_tool_call → persist."""
+        if (agent := self.deps.of(inp.turn)) is not self.deps:  # a sub-agent's turn
+            return await ToolCallActivities(agent).tool_call(inp)
         heartbeats.count_attempt(inp.attempt, inp.failures)
         ref = inp.turn
         state = await self.deps.turn_state(ref)  # TurnTakenOver when another run owns it
@@ -77,6 +80,16 @@ class ToolCallActivities:
                 inp.resolution,
                 repair,
             )
+            if run.pending and ref.agent and run.pending != "agent":
+                run = _no_client_in_agent(call.tool_name, run.pending)
+            if run.pending == "agent":  # the workflow runs the sub-agent, then asks again
+                return ToolOutcome(
+                    tool_call_id=call.tool_call_id,
+                    tool_name=call.tool_name,
+                    success=False,
+                    pending="agent",
+                    task=run.task,
+                )
             if run.pending:  # recorded nowhere: the turn waits for the client, then asks again
                 try:
                     async with self.deps.publisher(
@@ -247,6 +260,17 @@ def _preliminaries(on_chunk: OnChunk | None, call: ToolCallPart) -> Any:
         await on_chunk(_result_chunk(call, value, False, preliminary=True))
 
     return emit
+
+
+def _no_client_in_agent(tool_name: str, pending: str) -> ToolRun:
+    """A sub-agent's call of a client tool, or of one that needs approval: its turn cannot
+    reach the user's client (Think's agent tools cannot either), so its model is told."""
+    what = "runs on the client" if pending == "client" else "needs the user's approval"
+    text = (
+        f"{AGENT_CLIENT_TOOL}: tool {tool_name!r} {what}, which a sub-agent's turn cannot"
+        " reach; do without it"
+    )
+    return ToolRun(text, True, outcome="unavailable")
 
 
 def _approval(resolution: ToolResolution | None) -> dict[str, Any] | None:

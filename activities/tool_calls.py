@@ -22,7 +22,10 @@ from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import heartbeats, isolation, loopwatch
 from durable_turns.activities.lifecycle import Lifecycle
+from durable_turns.agents import AgentTool
 from durable_turns.contract import (
+    AGENT_TASK_TOO_LARGE,
+    MAX_AGENT_TASK_BYTES,
     TOOL_ERROR,
     TOOL_TIMEOUT,
     ToolCallOutcome,
@@ -48,7 +51,9 @@ class ToolRun:
     blocked: bool = False
     """Blocked or substituted by ``before_tool_call``: the tool did not run."""
     pending: str | None = None
-    """"client" or "approval": nothing is recorded; the turn waits for the client."""
+    """"client" or "approval": nothing is recorded; the turn waits for the client. "agent":
+    the workflow runs the sub-agent (``task``), then calls again with its reply."""
+    task: str | None = None
     outcome: ToolCallOutcome = "ran"
     """What became of the call (stored with the result, given to ``after_tool_call``)."""
 
@@ -168,6 +173,8 @@ async def run_tool_call(
             why = f": {resolution.reason}" if resolution.reason else "."
             text = f'The user denied the call to "{ctx.tool_name}"{why}'
             return ToolRun(text, True, outcome="denied")
+    if isinstance(tool, AgentTool) and resolution is not None:  # the sub-agent's reply
+        return ToolRun(jsonable(resolution.output), resolution.is_error)
     if run_ctx.attempt > 1 and not tool.retry_safe:
         return ToolRun(INTERRUPTED, True, outcome="interrupted")
     try:
@@ -186,7 +193,28 @@ async def run_tool_call(
             text = "before_tool_call substituted invalid input: " + invalid_args(tool, e)
             return ToolRun(text, True, outcome="invalid")
     await lifecycle.tool_call_decided(ctx, args.model_dump(mode="json"))
+    if isinstance(tool, AgentTool) and tool.agent is not None:
+        return agent_task(tool, args)
     return await execute(tool, args, run_ctx, on_preliminary)
+
+
+def agent_task(tool: AgentTool, args: BaseModel) -> ToolRun:
+    """An allowed call of an agent tool: its sub-agent's task, for the workflow to run."""
+    assert tool.agent is not None
+    try:
+        task = clean_text(tool.agent.task(args))
+    except Exception as e:
+        log.error("agent tool %s: rendering its task raised", tool.name, exc_info=e)
+        return ToolRun(clean_text(f"{type(e).__name__}: {e}"), True)
+    if (size := len(task.encode())) > MAX_AGENT_TASK_BYTES:
+        text = (
+            f"{AGENT_TASK_TOO_LARGE}: the task for agent {tool.name!r} is {size} bytes, over"
+            f" the limit of {MAX_AGENT_TASK_BYTES}; give the sub-agent a shorter task"
+        )
+        return ToolRun(text, True)
+    if not task.strip():
+        return ToolRun(f"agent {tool.name!r} was given an empty task", True, outcome="invalid")
+    return ToolRun(None, pending="agent", task=task)
 
 
 async def execute(

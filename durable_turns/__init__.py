@@ -36,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "ToolRegistry": "durable_turns.tools",
     "client_tool": "durable_turns.tools",
     "tool": "durable_turns.tools",
+    "agent_tool": "durable_turns.agents",
     "stream_transform": "durable_turns.transforms",
     # hooks
     "TurnHooks": "durable_turns.hooks",
@@ -103,6 +104,7 @@ __all__ = [
     "TurnHooks",
     "TurnResult",
     "TurnsClient",
+    "agent_tool",
     "approximate_token_count",
     "client_tool",
     "default_context_overflow_classifier",
@@ -129,6 +131,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from durable_turns.agents import agent_tool
     from durable_turns.client import TurnsClient
     from durable_turns.config import Settings
     from durable_turns.contract import SubmitMessages, TurnResult

@@ -62,6 +62,7 @@ FAIL_TURN = "fail_turn"
 CHAT_RESPONSE = "chat_response"
 INTAKE_PAUSE = "intake_pause"
 ADD_MESSAGES = "add_messages"
+RELAY_AGENT = "relay_agent"
 """The activity that appends an ``addMessages`` request's messages to the transcript."""
 """A local activity that does nothing: the inbox schedules it to end one workflow activation
 between two rounds of parsing signals (a timer would wait the server's timer tick, ~1 s)."""
@@ -150,6 +151,11 @@ TURN_ID_PATTERN = re.compile(r"/turn-[0-9]")
 """What no client-chosen conversation or request id may contain: every turn's workflow id
 does (``<conversation id>/turn-<n>``), so no id a client can start ever collides with one."""
 
+MAX_AGENT_TASK_BYTES = 64 * 1024
+"""The task an agent tool hands its sub-agent (the child's first user message, rendered from
+the call's input): it travels through the workflow history, so it is bounded; a longer one is
+an ``AgentTaskTooLarge`` error result the parent's model sees."""
+
 MAX_TOOL_OUTPUT_BYTES = 1024 * 1024
 """A tool's output (as JSON) over this many bytes is not stored nor shown to the model: the
 model gets a ``ToolOutputTooLarge`` error result instead (every later step would resend it)."""
@@ -212,6 +218,16 @@ NOTHING_TO_REGENERATE = "NothingToRegenerate"
 unknown id, a user message, a message superseded already), or ``"last"`` finds no reply at
 the transcript's end: the turn ends ``error`` and nothing is marked."""
 TURN_TAKEN_OVER = "TurnTakenOver"
+UNKNOWN_AGENT = "UnknownAgent"
+"""A sub-agent's turn names an agent tool this worker does not have (``TurnInput.agent``)."""
+AGENT_CLIENT_TOOL = "AgentClientTool"
+"""A sub-agent's model called a client tool or one that needs approval: a sub-agent's turn
+cannot reach the user's client, so the child's model gets this error result."""
+AGENT_TASK_TOO_LARGE = "AgentTaskTooLarge"
+"""An agent tool's task (its rendered input) is over :data:`MAX_AGENT_TASK_BYTES`."""
+AGENT_FAILED = "AgentFailed"
+"""A sub-agent's turn did not complete (error, aborted, or its workflow failed): the parent's
+tool call gets an error result naming it."""
 """The turn's stored data belongs to another workflow run (``TurnRef.owner``): this run may
 not write into it (non-retryable)."""
 
@@ -362,6 +378,25 @@ def turn_workflow_id(conversation_id: str, turn_number: int) -> str:
 def turn_id(conversation_id: str, turn_number: int) -> str:
     """The key of a turn in the transcript store (the same string as its workflow id)."""
     return turn_workflow_id(conversation_id, turn_number)
+
+
+def agent_conversation_id(conversation_id: str, turn_number: int, tool_call_id: str) -> str:
+    """The child conversation a sub-agent's call runs in: ``<conversation id>/agent-<turn
+    number>-<tool call id>``, so the same call always names the same child (a parent that
+    replays on another worker finds its child, never starts a second). The turn number is in
+    it because a provider's tool call ids need only be unique within a turn. An id that would
+    break the id rules (too long, a tool call id with ``/turn-<digit>`` or control characters)
+    ends in a SHA-256 of the three instead."""
+    child = f"{conversation_id}/agent-{turn_number}-{tool_call_id}"
+    if id_problem(child) is None:
+        return child
+    digest = hashlib.sha256(
+        f"{conversation_id}\0{turn_number}\0{tool_call_id}".encode()
+    ).hexdigest()
+    head = conversation_id.encode("utf-8")[: MAX_ID_BYTES - 80].decode("utf-8", errors="ignore")
+    while TURN_ID_PATTERN.search(f"{head}/agent-{turn_number}-"):  # a cut that made one
+        head = head[:-1]
+    return f"{head}/agent-{turn_number}-{digest[:40]}"
 
 
 class _Wire(BaseModel):
@@ -683,6 +718,9 @@ class TurnInput(Internal):
     """The turn's metadata (``SubmitMessages.metadata``); a turn started directly with
     metadata that breaks its rules (:data:`MAX_METADATA_BYTES`) ends ``error``
     (``InvalidRequest``) without touching anything."""
+    agent: str | None = None
+    """A sub-agent's turn: the name of the agent tool whose hooks, model, tools and system
+    prompt it runs with (None: the worker's own)."""
 
 
 class TurnResult(Internal):
@@ -768,6 +806,9 @@ class TurnRef(Internal):
     by_conversation: bool = False
     """The turn was started by its conversation (it may take the turn over from a run started
     elsewhere, never the other way round)."""
+    agent: str | None = None
+    """A sub-agent's turn: its agent tool's name (``TurnInput.agent``); every activity of the
+    turn runs with that agent's hooks, tools and settings."""
 
     @property
     def turn_id(self) -> str:
@@ -891,8 +932,24 @@ class ToolOutcome(Internal):
     success: bool
     blocked: bool = False
     error: str | None = None
-    pending: Literal["client", "approval"] | None = None
-    """The call waits for the client: its result, or an approval."""
+    pending: Literal["client", "approval", "agent"] | None = None
+    """The call waits for the client (its result, or an approval), or (``agent``) for the
+    sub-agent the workflow runs for it."""
+    task: str | None = None
+    """``agent``: the sub-agent's task, its first user message (at most
+    :data:`MAX_AGENT_TASK_BYTES`)."""
+
+
+class RelayAgentInput(Internal):
+    """``relay_agent``: copy a sub-agent's live stream onto its parent's, under the call."""
+
+    turn: TurnRef
+    """The parent's turn."""
+    step: int
+    tool_call_id: str
+    tool_name: str
+    child_turn_id: str
+    """The child turn's stream id (its workflow id)."""
 
 
 class FinishTurnInput(Internal):
@@ -932,3 +989,5 @@ class CompactResult(Internal):
 
 class ChatResponseInput(Internal):
     result: TurnResult
+    agent: str | None = None
+    """A sub-agent's turn: its agent's ``on_chat_response`` runs (``TurnRef.agent``)."""

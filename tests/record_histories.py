@@ -1,7 +1,9 @@
-"""Record workflow histories for the replay test: ``python -m tests.record_histories [NAME]``.
+"""Record workflow histories for the replay test: ``python -m tests.record_histories [NAME]
+[subagents]``.
 
 Starts a dev server and a worker, runs ``tests.test_replay.record`` and writes the
-conversation's and its turns' histories to ``tests/histories/NAME*.json``.
+conversation's and its turns' histories to ``tests/histories/NAME*.json``; with
+``subagents``, ``tests.test_subagents.record_subagents`` into ``tests/histories/subagents``.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import temporal_binary
 from tests.support.harness import Harness
 from tests.test_replay import HISTORIES, REPLAY_WORKER, record
+from tests.test_subagents import SUBAGENT_HISTORIES, SUBAGENT_WORKER, record_subagents
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,7 +54,14 @@ def _strip_paths(text: str) -> str:
     return re.sub(r"/tmp/tmp\w+/", "scripts/", text)
 
 
-async def main(name: str) -> None:
+RECORDERS = {
+    "turns": (record, REPLAY_WORKER, HISTORIES),
+    "subagents": (record_subagents, SUBAGENT_WORKER, SUBAGENT_HISTORIES),
+}
+
+
+async def main(name: str, kind: str = "turns") -> None:
+    recorder, worker, folder = RECORDERS[kind]
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=temporal_binary(),
         data_converter=pydantic_data_converter,
@@ -61,9 +71,10 @@ async def main(name: str) -> None:
         harness = Harness(
             env.client, env.client.service_client.config.target_host, Path(tempfile.mkdtemp())
         )
-        harness.start_worker(**REPLAY_WORKER)
-        for history in await record(harness, name):
-            path = HISTORIES / f"{history.workflow_id.replace('/', '__')}.json"
+        harness.start_worker(**worker)
+        folder.mkdir(exist_ok=True)
+        for history in await recorder(harness, name):
+            path = folder / f"{history.workflow_id.replace('/', '__')}.json"
             path.write_text(json.dumps(_portable(history.to_json_dict())))
             print(f"wrote {path}")
         await harness.close()
@@ -72,4 +83,4 @@ async def main(name: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "recorded"))
+    asyncio.run(main(*(sys.argv[1:] or ["recorded"])))

@@ -179,16 +179,17 @@ PATCH_CHAT_RESPONSE_BUDGET = "chat-response-crash-budget"
 recorded before let Temporal retry it without limit."""
 
 
-async def chat_response(result: TurnResult, summary: str) -> None:
+async def chat_response(result: TurnResult, summary: str, agent: str | None = None) -> None:
     """Run ``chat_response`` (``on_chat_response``). Its failures are retried without limit
     (a store outage; the hook's own errors are logged, never raised), its worker's deaths
     ``CHAT_RESPONSE_CRASH_RETRIES`` times: then it is given up, with a warning in the
-    workflow's log, and the turn's result stands."""
+    workflow's log, and the turn's result stands. ``agent``: a sub-agent's turn, whose
+    agent's hook runs."""
 
     def attempt(policy: RetryPolicy) -> Awaitable[None]:
         return workflow.execute_activity(
             CHAT_RESPONSE,
-            ChatResponseInput(result=result),
+            ChatResponseInput(result=result, agent=agent),
             start_to_close_timeout=SHORT,
             heartbeat_timeout=BEGIN_HEARTBEAT,
             retry_policy=policy,

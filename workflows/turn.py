@@ -63,7 +63,7 @@ with workflow.unsafe.imports_passed_through():
         metadata_problem,
     )
     from durable_turns.messages import Usage
-    from durable_turns.workflows import options
+    from durable_turns.workflows import options, subagent
     from durable_turns.workflows.intake import ABSENT, Inbox, Rejected, decode, unfold
 
 
@@ -98,6 +98,7 @@ class TurnWorkflow:
         """Model steps of the current run that the history says completed."""
         self._stage = "stream"
         """The stage a failure of a local activity (begin, finish) is reported at."""
+        self._input: TurnInput | None = None
 
     @workflow.query(name=QUERY_STATE)
     def state(self) -> dict[str, object]:
@@ -205,13 +206,15 @@ class TurnWorkflow:
             owner=workflow.info().first_execution_run_id,
             by_conversation=getattr(workflow.info().parent, "workflow_id", None)
             == inp.conversation_id,
+            agent=inp.agent,
         )
+        self._input = inp
         result = await self._run_turn(inp, ref)
         workflow.upsert_search_attributes([TURN_STATUS.value_set(result.status)])
         workflow.set_current_details(_details(result))
-        if workflow.info().parent is None and result.respond:
-            # Started directly: no conversation will run on_chat_response for us.
-            await options.chat_response(result, "on_chat_response")
+        if (workflow.info().parent is None or inp.agent) and result.respond:
+            # Started directly, or a sub-agent's: no conversation runs on_chat_response for us.
+            await options.chat_response(result, "on_chat_response", inp.agent)
         return result
 
     async def _run_turn(self, inp: TurnInput, ref: TurnRef) -> TurnResult:
@@ -409,7 +412,13 @@ class TurnWorkflow:
         if not pending:
             return False
         calls = {c.tool_call_id: c for c in summary.tool_calls}
-        await self._wait_for_client(plan, pending)
+        clients = [o for o in pending if o.pending != "agent"]
+        if len(clients) == len(pending):
+            await self._wait_for_client(plan, pending)
+        else:  # sub-agents run (and the client answers the rest) meanwhile
+            agents = [o for o in pending if o.pending == "agent"]
+            waits = [self._wait_for_client(plan, clients)] if clients else []
+            await asyncio.gather(self._agents(ref, plan, summary.step, agents), *waits)
         # Each answer travels in its activity's input: in batches of at most
         # MAX_ANSWERS_PER_TASK_BYTES per workflow task (one task's completion over gRPC's
         # 4 MiB limit gets the workflow terminated), a short timer between them.
@@ -441,7 +450,25 @@ class TurnWorkflow:
                 for o in batch
             )
         await asyncio.gather(*runs)
-        return True
+        return bool(clients)
+
+    async def _agents(
+        self, ref: TurnRef, plan: TurnPlan, step: int, agents: list[ToolOutcome]
+    ) -> None:
+        """Run the sub-agents of a step's agent tool calls, in parallel (``subagent``); each
+        one's reply is its call's resolution, whatever a client sent for it."""
+        inp = self._input
+        assert inp is not None
+        if len(agents) == 1:
+            self._status = f"sub-agent {agents[0].tool_name}"
+        else:
+            self._status = f"{len(agents)} sub-agents"
+        answers = await asyncio.gather(
+            *(subagent.run_agent(ref, plan, step, o, inp.body, inp.metadata) for o in agents)
+        )
+        for answer in answers:
+            self._resolutions[answer.tool_call_id] = answer
+            self._sizes[answer.tool_call_id] = len(to_json(answer))
 
     def _tool_call(
         self,

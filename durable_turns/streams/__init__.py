@@ -11,6 +11,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from durable_turns.store.base import mask_url
 from durable_turns.streams.base import (
+    AGENT_CHUNK,
     CHUNK,
     RESET,
     STEP_FINISH,
@@ -71,6 +72,7 @@ def open_stream_backend(url: str | None) -> ChunkStreamBackend | None:
 
 
 __all__ = [
+    "AGENT_CHUNK",
     "CHUNK",
     "RESET",
     "STEP_FINISH",

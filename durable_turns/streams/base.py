@@ -58,6 +58,13 @@ TOOL_WAIT: Final = "tool-wait"
 once the client answered."""
 TURN_FINISH: Final = "turn-finish"
 """The last event of a turn (``data["status"]``); ``follow()`` ends after it."""
+AGENT_CHUNK: Final = "agent-chunk"
+"""One event of a sub-agent's stream, copied onto its parent's while an agent tool's call
+runs (``data``: ``tool_call_id``, ``tool_name``, the child's ``conversation_id``, the child
+event's ``offset`` and the ``event`` itself, its ``type``, ``data``, ``step``, ``attempt``).
+The child's ``reset`` events come along inside; a reader drops an ``agent-chunk`` whose
+``offset`` is not past the last it saw for the call (a relay retried after its worker died
+may copy a few again)."""
 
 
 class StreamEvent(BaseModel):

@@ -31,6 +31,7 @@ from durable_turns.messages import (
     ToolResultPart,
 )
 from durable_turns.streams import (
+    AGENT_CHUNK,
     CHUNK,
     RESET,
     STEP_FINISH,
@@ -133,6 +134,8 @@ class UIMessageStream:
         self._answered: set[str] = set()
         self._sources: list[dict[str, Any]] = []
         self._finish_reason = "stop"
+        self._agents: dict[str, AgentProgress] = {}
+        """Sub-agents' replies so far, by the parent's tool call id (``agent-chunk``)."""
 
     def start(self) -> dict[str, Any]:
         return {"type": "start", "messageId": self.message_id}
@@ -177,6 +180,8 @@ class UIMessageStream:
             return self._tool_result(ev.data)
         if ev.type == TOOL_WAIT:
             return self._tool_wait(ev.data)
+        if ev.type == AGENT_CHUNK:
+            return self._agent_chunk(ev.data)
         if ev.type == TURN_FINISH:
             return self._turn_finish(ev.data)
         return []
@@ -282,6 +287,25 @@ class UIMessageStream:
         )
         return out
 
+    def _agent_chunk(self, data: dict[str, Any]) -> list[dict[str, Any]]:
+        """A sub-agent's event: its reply so far, as the call's preliminary output."""
+        call_id = data.get("tool_call_id", "")
+        if call_id in self._answered:
+            return []
+        progress = self._agents.setdefault(call_id, AgentProgress())
+        output = progress.feed(data)
+        if output is None:
+            return []
+        output["conversationId"] = data.get("conversation_id")
+        return [
+            {
+                "type": "tool-output-available",
+                "toolCallId": call_id,
+                "output": output,
+                "preliminary": True,
+            }
+        ]
+
     def _tool_wait(self, data: dict[str, Any]) -> list[dict[str, Any]]:
         call_id = data.get("tool_call_id", "")
         if call_id in self._answered or call_id in self.waiting:
@@ -363,6 +387,61 @@ class UIMessageStream:
             out.append({"type": "finish-step"})
             self._in_step = False
         return out
+
+
+class AgentProgress:
+    """One sub-agent's reply as its ``agent-chunk`` events build it: the text of each of its
+    steps (a ``reset`` of a step, a retried attempt, starts that step's text again), sent
+    on when it grew by a tenth (at least ``AGENT_MIN_GROWTH`` characters) or at a boundary
+    of the child (a step's or the turn's end, a tool result), so a long reply costs the
+    browser a bounded multiple of its size, not its square. An event whose child offset is
+    not past the last one seen is a relay's repeat and is dropped."""
+
+    def __init__(self) -> None:
+        self.offset = -1
+        self.steps: dict[int, str] = {}
+        self.attempts: dict[int, int] = {}
+        self.sent = -1
+        self.status = "running"
+
+    def feed(self, data: dict[str, Any]) -> dict[str, Any] | None:
+        """The call's preliminary output after this event, or None (nothing to send)."""
+        offset = data.get("offset")
+        if not isinstance(offset, int) or offset <= self.offset:
+            return None
+        self.offset = offset
+        found = data.get("event")
+        event: dict[str, Any] = found if isinstance(found, dict) else {}
+        kind, body = event.get("type"), event.get("data") or {}
+        step = _int(event.get("step"), -1)
+        attempt = _int(event.get("attempt"), 0)
+        boundary = kind in (STEP_FINISH, TOOL_RESULT, TURN_FINISH)
+        if kind == RESET:
+            self.attempts[step] = max(self.attempts.get(step, 0), attempt)
+            self.steps[step] = ""
+            boundary = True
+        elif kind == CHUNK and body.get("type") == "text-delta":
+            if attempt < self.attempts.get(step, 0):
+                return None  # an older attempt, still streaming
+            self.steps[step] = self.steps.get(step, "") + str(body.get("text") or "")
+        if kind == TURN_FINISH:
+            self.status = str(body.get("status") or "completed")
+        text = "\n\n".join(t for _, t in sorted(self.steps.items()) if t)
+        grown = len(text) - max(self.sent, 0)
+        if not (boundary or self.sent < 0 or grown >= max(AGENT_MIN_GROWTH, self.sent // 10)):
+            return None
+        if len(text) == self.sent and not boundary:
+            return None
+        self.sent = len(text)
+        return {"text": text, "status": self.status}
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) else default
+
+
+AGENT_MIN_GROWTH = 40
+"""Characters a sub-agent's reply grows by, at least, between two preliminary outputs."""
 
 
 def part_id(kind: str, turn: int, step: int, rank: int) -> str:
