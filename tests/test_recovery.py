@@ -148,20 +148,36 @@ async def test_continue_last_turn(harness: Harness) -> None:
     )
 
 
-async def test_continue_without_an_assistant_message_is_skipped(harness: Harness) -> None:
+async def test_continue_after_a_failed_turn_answers_the_message_or_fails_typed(
+    harness: Harness,
+) -> None:
     harness.start_worker()
-    conversation = harness.conv("continue-skip")
+    conversation = harness.conv("continue-failed")
     failed = await harness.send(conversation, "hi", model="nosuch:model")
     assert failed.status == "error"
+    # the user's message is last: continueLastTurn answers it (with the last request's
+    # model, which fails the same way: a typed error, never a silent skip)
+    request = await harness.turns.continue_last_turn(conversation)
+    again = await harness.turns.wait(conversation, request)
+    assert again.status == "error" and again.error is not None
+    assert again.error.type == failed.error.type == "InvalidModel"
+    await wait_until(lambda: _recorded(harness, conversation, 2))
+    state = await harness.turns.state(conversation)
+    assert [r.status for r in state.recent] == ["error", "error"]
+    messages = await (await harness.store()).messages(conversation)
+    assert [m.role for m in messages] == ["user"]
+
+
+async def test_continue_with_nothing_to_continue_or_answer_is_skipped(harness: Harness) -> None:
+    harness.start_worker()
+    conversation = harness.conv("continue-skip")
     request = await harness.turns.continue_last_turn(conversation)
     skipped = await harness.turns.wait(conversation, request)
     assert skipped.status == "skipped"
-    # the turn's result is final before the conversation has recorded it: wait for that
-    await wait_until(lambda: _recorded(harness, conversation, 2))
+    await wait_until(lambda: _recorded(harness, conversation, 1))
     state = await harness.turns.state(conversation)
-    assert [r.status for r in state.recent] == ["error", "skipped"]
-    messages = await (await harness.store()).messages(conversation)
-    assert [m.role for m in messages] == ["user"]
+    assert [r.status for r in state.recent] == ["skipped"]
+    assert await (await harness.store()).messages(conversation) == []
 
 
 async def test_cancel_a_queued_request_it_never_runs(harness: Harness) -> None:

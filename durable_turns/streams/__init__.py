@@ -12,6 +12,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from durable_turns.store.base import mask_url
 from durable_turns.streams.base import (
     CHUNK,
+    RECOVERING,
     RESET,
     STEP_FINISH,
     STEP_START,
@@ -72,6 +73,7 @@ def open_stream_backend(url: str | None) -> ChunkStreamBackend | None:
 
 __all__ = [
     "CHUNK",
+    "RECOVERING",
     "RESET",
     "STEP_FINISH",
     "STEP_START",
