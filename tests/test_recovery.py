@@ -10,7 +10,7 @@ from temporalio.api.enums.v1 import EventType
 
 from tests.support.harness import Harness
 from tests.support.history import activity_attempts
-from tests.support.probes import wait_until
+from tests.support.probes import chunk_backend, wait_until
 
 SLOW = "tests.support.slow_hooks:SlowHooks"
 WEATHER = [
@@ -62,6 +62,14 @@ async def test_kill_at_a_boundary(harness: Harness, slow: str, activity: str) ->
         assert recovered_s < 10 + 15, f"the turn finished {recovered_s:.1f}s after the kill"
     else:
         assert max(attempts) == 2
+    # the live stream says the turn recovered, at the stage that ran again
+    streams = await chunk_backend(harness)
+    events = await streams.read(result.workflow_id)
+    await streams.close()
+    [recovering] = [e for e in events if e.type == "recovering"]
+    stage = {"begin_turn": "turn", "model_step": "stream", "finish_turn": "persist"}[activity]
+    assert recovering.data["stage"] == stage and recovering.data["reason"] == "worker_lost"
+    assert recovering.data["deaths"] == 1
     if slow == "before_step":
         # step 0's output was stored: only step 1 was asked again, never step 0
         steps = [m["step"] for m in marks(harness, "before_step")]

@@ -19,7 +19,8 @@ from tests.support.harness import Harness, WorkerProcess
 from tests.support.history import activity_attempts
 from tests.support.probes import chunk_backend, wait_until
 
-HOOKS = "tests.support.recovery_hooks:RecoveryHooks"
+HOOKS = "tests.support.hooks:RecordingHooks"
+"""``on_chat_recovery`` answers the body's ``on_recovery``; ``raise_in`` fails a turn."""
 TEXT = " ".join(f"word{i}" for i in range(30))
 
 
