@@ -8,7 +8,7 @@ import copy
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from durable_turns.activities import compaction, regenerate
+from durable_turns.activities import compaction, recovery, regenerate
 from durable_turns.activities import context as ctx_build
 from durable_turns.activities.compact import store_compaction
 from durable_turns.activities.deps import ActivityDeps
@@ -59,6 +59,7 @@ class BeginActivities:
                 ref.conversation_id, inp.new_messages, ref.turn_id, owner=ref.owner
             )
             deps.check_crashes(turn, "begin turn (before_turn)")
+            await recovery.bookkeeping(deps, turn, "turn", "begin turn")
             # The transcript is read once here (again only after a compaction changed it).
             transcript = await deps.store.messages(ref.conversation_id)
             if inp.regenerate is not None:
@@ -66,10 +67,14 @@ class BeginActivities:
                 turn.regenerates = marked[0]
                 gone = set(marked)
                 transcript = [m for m in transcript if m.id not in gone]
-            if inp.continuation and not _can_continue(transcript):
-                turn.status, turn.running = "skipped", None
-                await deps.store.save_turn(turn)
-                return TurnPlan(model=model, max_steps=0, skip=True)
+            if inp.continuation:
+                last = _last_role(transcript)
+                if last not in ("assistant", "user"):  # nothing to continue nor answer
+                    turn.status, turn.running = "skipped", None
+                    await deps.store.save_turn(turn)
+                    return TurnPlan(model=model, max_steps=0, skip=True)
+                if last == "user":  # a turn failed before replying: answer the message
+                    turn.continuation = False
             if await self._compact_after(turn, model, transcript):
                 transcript = await deps.store.messages(ref.conversation_id)
             context = await ctx_build.base_messages(
@@ -159,7 +164,9 @@ class BeginActivities:
         )
 
 
-def _can_continue(transcript: list[Message]) -> bool:
-    """continueLastTurn has something to continue: the transcript ends with the assistant."""
+def _last_role(transcript: list[Message]) -> str | None:
+    """Who spoke last (a compaction summary aside): continueLastTurn continues an assistant
+    reply, answers a user message no turn answered (Think's ``_retryLastUserTurn``: a turn
+    that failed before its first chunk left none), and with neither has nothing to do."""
     messages = [m for m in transcript if not compaction.is_compaction(m)]
-    return bool(messages) and messages[-1].role == "assistant"
+    return messages[-1].role if messages else None

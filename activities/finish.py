@@ -15,6 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 from durable_turns import pricing
 from durable_turns.activities import context as ctx_build
+from durable_turns.activities import recovery
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.heartbeats import keep_alive
 from durable_turns.activities.structured_output import OUTPUT_ERROR, check_output, parse_output
@@ -56,6 +57,7 @@ class FinishActivities:
             if self.deps.lifecycle.runs_code("on_step_finish"):
                 turn = await self._started(turn, "finish")
                 self.deps.check_crashes(turn, "finish turn (on_step_finish)")
+                await recovery.bookkeeping(self.deps, turn, "persist", "finish turn")
             async with keep_alive(self.deps.beat_every):
                 await self.deps.lifecycle.on_step_finish(last)
             schema = ctx_build.turn_config(turn).output
@@ -119,6 +121,7 @@ class FinishActivities:
         )
         if self.deps.lifecycle.runs_code("on_chat_error"):
             turn = await self._started(turn, "fail")
+            await recovery.bookkeeping(self.deps, turn, "persist", "fail turn")
             deaths = turn.crashes.get("fail", 0)
             if deaths > self.deps.settings.crash_retries:  # the turn's error is shown as it is
                 activity.logger.warning(

@@ -8,7 +8,8 @@ how its return is validated, and what its failure means:
 * ``before_tool_call`` and ``repair_tool_call`` raising become a tool error (the caller
   handles it);
 * ``after_tool_call``/``on_chunk``/``on_chat_response`` raising is logged and ignored;
-* ``on_chat_error``/``classify_chat_error`` raising falls back to the default behaviour;
+* ``on_chat_error``/``classify_chat_error``/``on_chat_recovery`` raising falls back to the
+  default behaviour;
 * an extension raising or timing out is logged and ignored (``hooks.extensions``).
 
 A hook written as a plain ``def`` runs in a thread of a bounded pool (``HOOK_THREADS``), so
@@ -47,9 +48,11 @@ from durable_turns.hooks.extensions import (
 from durable_turns.hooks.types import (
     ChatErrorClassification,
     ChatErrorContext,
+    ChatRecoveryContext,
     ChatResponseResult,
     ChunkContext,
     PrepareStepContext,
+    RecoveryDecision,
     RepairedToolCall,
     StepConfig,
     StepResult,
@@ -75,6 +78,7 @@ HOOKS = (
     "on_chat_response",
     "on_chat_error",
     "classify_chat_error",
+    "on_chat_recovery",
 )
 CHUNK_TYPES = frozenset(
     {
@@ -267,6 +271,23 @@ class Lifecycle:
             activity.logger.warning("on_chat_error raised %r; the original error is shown", e)
             return str(error)
         return str(shown) if shown is not None else str(error)
+
+    async def on_chat_recovery(self, ctx: ChatRecoveryContext) -> RecoveryDecision:
+        """The hook's decision on a recovery: ``"continue"`` unless it says ``"stop"``."""
+        if not self.overrides("on_chat_recovery"):
+            return "continue"
+        try:
+            decision = await self._hook("on_chat_recovery", ctx)
+        except Exception as e:
+            activity.logger.warning("on_chat_recovery raised %r; the turn goes on", e)
+            return "continue"
+        if decision not in (None, "continue", "stop"):
+            activity.logger.warning(
+                "on_chat_recovery returned %r, not 'continue' or 'stop'; the turn goes on",
+                decision,
+            )
+            return "continue"
+        return "stop" if decision == "stop" else "continue"
 
     async def classify(
         self, error: Exception | str, ctx: ChatErrorContext

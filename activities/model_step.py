@@ -20,7 +20,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import context as ctx_build
-from durable_turns.activities import heartbeats, isolation
+from durable_turns.activities import heartbeats, isolation, recovery
 from durable_turns.activities.context import request_metadata
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.errors import (
@@ -89,6 +89,12 @@ class ModelStepActivities:
             state = await self.deps.turn_state(inp.turn, transcript=True)
             turn, steps, results = state.turn, state.steps, state.results
             stored = next((s for s in steps if s.step == inp.step), None)
+            if inp.recovery is not None:  # the attempt before was lost: say so, ask
+                decision, partial = await recovery.recover(
+                    self.deps, turn, inp.recovery, step=inp.step, ask=stored is None
+                )
+                if decision == "stop":
+                    return await self._stopped(turn, inp, partial)
             if stored is not None:  # a retried attempt: the model is not asked again
                 return await self._republish(inp.turn, turn, stored, inp)
             prior = [s for s in steps if s.step < inp.step]
@@ -199,6 +205,17 @@ class ModelStepActivities:
             except StreamUnavailable as e:
                 return _stream_lost(e, summary, inp)
         return summary
+
+    async def _stopped(
+        self, turn: TurnRecord, inp: ModelStepInput, partial: StepSnapshot
+    ) -> StepSummary:
+        """``on_chat_recovery`` said stop: what the lost attempt streamed is kept as the
+        step's aborted output (as a cancelChat keeps it), and the turn ends ``aborted``."""
+        if partial.parts:
+            aborted = _record(inp.step, turn.run, inp.model, partial)
+            aborted.raw_finish_reason = "aborted"
+            await self.deps.store.save_step(turn.turn_id, aborted, owner=turn.owner)
+        return StepSummary(step=inp.step, outcome="stopped", text_chars=len(partial.text))
 
     async def _republish(
         self, ref: TurnRef, turn: TurnRecord, stored: StepRecord, inp: ModelStepInput

@@ -15,7 +15,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import context as ctx_build
-from durable_turns.activities import heartbeats, isolation
+from durable_turns.activities import heartbeats, isolation, recovery
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.heartbeats import keep_alive
 from durable_turns.activities.lifecycle import OnChunk
@@ -56,6 +56,17 @@ class ToolCallActivities:
                 await self._publish_result(ref, inp.step, stored)
             return _outcome(stored)
         step, call = _find_call(steps, inp)
+        if inp.recovery is not None:  # the attempt before was lost: say so, ask
+            decision, _ = await recovery.recover(
+                self.deps, turn, inp.recovery, step=inp.step, call=call
+            )
+            if decision == "stop":  # nothing recorded: the turn ends aborted without it
+                return ToolOutcome(
+                    tool_call_id=call.tool_call_id,
+                    tool_name=call.tool_name,
+                    success=False,
+                    stopped=True,
+                )
         config = ctx_build.turn_config(turn)
         available = {
             s.name for s in self.deps.tool_specs(config, step.active_tools, model=step.model)

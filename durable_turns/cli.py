@@ -288,6 +288,12 @@ async def _print_live(client: Any, conversation: str, number: int, seen: list[in
             )
         elif event.type == "tool-result":
             out.write(f"  ← {json.dumps(event.data.get('output'), ensure_ascii=False)}\n")
+        elif event.type == "recovering":
+            what = event.data.get("tool_name") or event.data.get("stage", "turn")
+            out.write(
+                f"\n[recovering ({event.data.get('reason', 'lost attempt')}):"
+                f" {what}, attempt {event.data.get('attempt', '?')}]\n"
+            )
         elif event.type == "reset":
             out.write("\n[the model step is being retried; its partial output above is replaced]\n")
         elif event.type == "step-start" and event.step:

@@ -428,6 +428,8 @@ class TurnsClient:
 
         Reconnect with the last offset you saw to get exactly the events after it.
         ``reset`` events mean a retried model step: drop what that step streamed before.
+        ``recovering`` events mean the turn resumes after a lost attempt (a worker died,
+        the stream stalled): show it until the new attempt streams.
         Only what the conversation's own run of the turn streamed: nothing of a workflow
         started elsewhere under the turn's id.
         """

@@ -863,6 +863,24 @@ class TurnPlan(Internal):
     (``TURNS_CRASH_RETRIES``); counted apart from ``max_retries``."""
 
 
+RecoveryReason = Literal["worker_lost", "worker_shutdown", "store_unavailable", "stalled"]
+"""Why an attempt of an activity ended so that the next one is a recovery (Think's
+``onChatRecovery``): its worker stopped heartbeating (killed, out of memory, frozen), shut
+down past its grace, could not reach the transcript store, or its model stream stalled."""
+
+
+class Recovery(Internal):
+    """What the workflow knows of the attempt before this one, when that attempt was lost
+    (``RecoveryReason``) rather than failed by the model or the tool: the next attempt is a
+    recovery, shown on the live stream and asked of ``on_chat_recovery``."""
+
+    reason: RecoveryReason
+    message: str = ""
+    """The lost attempt's failure, as the history has it (at most 500 characters)."""
+    deaths: int = 0
+    """The activity's worker deaths so far (``TurnPlan.crash_retries`` bounds them)."""
+
+
 class ModelStepInput(Internal):
     turn: TurnRef
     step: int
@@ -874,6 +892,8 @@ class ModelStepInput(Internal):
     """Earlier attempts of this step that failed (not counting worker deaths)."""
     last_try: bool = False
     """A failure of this attempt ends the step (with ``attempt`` set)."""
+    recovery: Recovery | None = None
+    """Set when the attempt before this one was lost: this attempt is a recovery."""
 
 
 class ToolCallRef(Internal):
@@ -889,7 +909,8 @@ class StepSummary(Internal):
     """What the workflow learns of a model step: small, whatever the context size."""
 
     step: int
-    outcome: Literal["ok", "context_overflow"] = "ok"
+    outcome: Literal["ok", "context_overflow", "stopped"] = "ok"
+    """``stopped``: ``on_chat_recovery`` returned ``"stop"``; the turn ends ``aborted``."""
     finish_reason: str = "stop"
     tool_calls: list[ToolCallRef] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
@@ -907,6 +928,8 @@ class ToolCallInput(Internal):
     """This attempt's number, counted by the workflow (1, 2, …); 0: Temporal's own count."""
     failures: int = 0
     """Earlier attempts of this call that failed (not counting worker deaths)."""
+    recovery: Recovery | None = None
+    """Set when the attempt before this one was lost: this attempt is a recovery."""
 
 
 ToolCallOutcome = Literal[
@@ -938,6 +961,9 @@ class ToolOutcome(Internal):
     task: str | None = None
     """``agent``: the sub-agent's task, its first user message (at most
     :data:`MAX_AGENT_TASK_BYTES`)."""
+    stopped: bool = False
+    """``on_chat_recovery`` returned ``"stop"`` before the call ran again: the turn ends
+    ``aborted``, the call without a result."""
 
 
 class RelayAgentInput(Internal):

@@ -65,6 +65,7 @@ PASSTHROUGH = [
     "durable_turns.messages",
     "durable_turns.workflows.options",
     "durable_turns.workflows.intake",
+    "durable_turns.workflows.recovery",
     "durable_turns.workflows.subagent",
 ]
 

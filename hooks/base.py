@@ -1,6 +1,6 @@
 """``TurnHooks``: the base class a developer subclasses to customise turns.
 
-Override any of the eleven hooks. Each may be ``async def`` or plain ``def``; the engine awaits
+Override any of the twelve hooks. Each may be ``async def`` or plain ``def``; the engine awaits
 what needs awaiting. Point a worker at the subclass with ``--hooks module:Class`` (env
 ``TURNS_HOOKS``).
 
@@ -23,6 +23,7 @@ Durability (read this before writing a hook that does I/O):
   ``on_chunk`` (model chunks) and ``repair_tool_call`` in *model step*; ``before_tool_call``, ``on_chunk``
   (tool results, preliminary ones included) and ``after_tool_call`` in *tool call*; the
   last ``on_step_finish`` in *finish turn*; ``classify_chat_error`` in *model step*;
+  ``on_chat_recovery`` at the start of the *model step* or *tool call* attempt it is about;
   ``on_chat_error`` in *fail turn*; ``on_chat_response`` in its own activity after the turn
   lock is released. A hook may therefore run on any worker: keep state in a store, not in
   ``self``.
@@ -44,10 +45,12 @@ from durable_turns.hooks.session import Session
 from durable_turns.hooks.types import (
     ChatErrorClassification,
     ChatErrorContext,
+    ChatRecoveryContext,
     ChatResponseResult,
     ChunkContext,
     ContextOverflowConfig,
     PrepareStepContext,
+    RecoveryDecision,
     RepairedToolCall,
     StepConfig,
     StepContext,
@@ -165,6 +168,24 @@ class TurnHooks:
         raising: stage ``"turn"``) and from the model (stage ``"stream"``); the partial
         assistant message is stored before this runs."""
         return error
+
+    async def on_chat_recovery(self, ctx: ChatRecoveryContext) -> RecoveryDecision | None:
+        """A model step or a tool call runs again because its last attempt was lost (its
+        worker died, shut down or lost the store, or the model stream stalled): return
+        ``"continue"`` (or None, the default) to run the new attempt, or ``"stop"`` to end
+        the turn ``aborted`` with what it has (Think's ``onChatRecovery``).
+
+        Runs at the start of the new attempt, on whichever worker has it, before anything of
+        the step or call runs again; the live stream has a ``recovering`` event by then.
+        ``ctx`` says what is known: the stage, step, attempt, why the attempt before was
+        lost, and what it streamed (``partial_text``, discarded unless you stop: then it is
+        kept as the aborted reply). The answer is the attempt's result in history: never
+        asked again on replay; a worker that dies after asking asks again at the next
+        attempt. Not asked for a step or call whose result an earlier attempt stored
+        (nothing runs again), nor past the crash budget (``WorkerCrashLoop``). A raise, or
+        a return that is neither, is logged and counts as ``"continue"``.
+        """
+        return None
 
     def classify_chat_error(
         self, error: Exception | str, ctx: ChatErrorContext

@@ -15,9 +15,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from durable_turns.contract import StopCondition, ToolCallOutcome
+from durable_turns.contract import RecoveryReason, StopCondition, ToolCallOutcome
 from durable_turns.messages import (
     Message,
+    Part,
     ReasoningPart,
     StreamPart,
     ToolCallPart,
@@ -541,6 +542,48 @@ class ChatErrorContext:
     metadata: dict[str, Any] = field(default_factory=dict)
     """The turn's metadata (Think's ``ChatOptions.metadata``): the request's JSON object, or
     the request it continues. Read-only: changing it changes nothing stored."""
+
+
+RecoveryDecision = Literal["continue", "stop"]
+"""What ``on_chat_recovery`` returns: go on with the new attempt, or end the turn ``aborted``."""
+
+
+@dataclass
+class ChatRecoveryContext:
+    """``on_chat_recovery``'s argument (Think's ``onChatRecovery`` context): an attempt of a
+    model step or a tool call is about to run again because the one before was lost."""
+
+    stage: Literal["stream", "tool"]
+    """``"stream"``: a model step is asked of the model again; ``"tool"``: a tool call runs
+    again (its result was never recorded)."""
+    step_number: int
+    attempt: int
+    """The new attempt (2 or more), worker deaths included."""
+    reason: RecoveryReason
+    """Why the attempt before it was lost: ``"worker_lost"`` (no heartbeat: killed, out of
+    memory, frozen), ``"worker_shutdown"`` (past its shutdown grace), ``"store_unavailable"``,
+    ``"stalled"`` (the model stream went silent for the stall timeout)."""
+    error: str = ""
+    """The lost attempt's failure, as the workflow's history has it."""
+    deaths: int = 0
+    """The activity's worker deaths so far; past ``TURNS_CRASH_RETRIES`` the turn ends
+    ``error`` (``WorkerCrashLoop``) without asking."""
+    partial_text: str = ""
+    """The text the lost attempt streamed, which this attempt discards (Think's
+    ``partialText``; read from the live stream: empty when streaming is off)."""
+    partial_parts: list[Part] = field(default_factory=list)
+    """The lost attempt's parts (text, reasoning, tool calls), as ``partial_text``."""
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    tool_input: Any = None
+    """For ``stage="tool"``: the call that runs again, with the input it runs with."""
+    request_id: str = ""
+    conversation_id: str = ""
+    turn_number: int = 0
+    continuation: bool = False
+    body: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The turn's metadata (Think's ``ChatOptions.metadata``). Read-only."""
 
 
 @dataclass

@@ -10,7 +10,7 @@ from temporalio.api.enums.v1 import EventType
 
 from tests.support.harness import Harness
 from tests.support.history import activity_attempts
-from tests.support.probes import wait_until
+from tests.support.probes import chunk_backend, wait_until
 
 SLOW = "tests.support.slow_hooks:SlowHooks"
 WEATHER = [
@@ -62,6 +62,14 @@ async def test_kill_at_a_boundary(harness: Harness, slow: str, activity: str) ->
         assert recovered_s < 10 + 15, f"the turn finished {recovered_s:.1f}s after the kill"
     else:
         assert max(attempts) == 2
+    # the live stream says the turn recovered, at the stage that ran again
+    streams = await chunk_backend(harness)
+    events = await streams.read(result.workflow_id)
+    await streams.close()
+    [recovering] = [e for e in events if e.type == "recovering"]
+    stage = {"begin_turn": "turn", "model_step": "stream", "finish_turn": "persist"}[activity]
+    assert recovering.data["stage"] == stage and recovering.data["reason"] == "worker_lost"
+    assert recovering.data["deaths"] == 1
     if slow == "before_step":
         # step 0's output was stored: only step 1 was asked again, never step 0
         steps = [m["step"] for m in marks(harness, "before_step")]
@@ -148,20 +156,36 @@ async def test_continue_last_turn(harness: Harness) -> None:
     )
 
 
-async def test_continue_without_an_assistant_message_is_skipped(harness: Harness) -> None:
+async def test_continue_after_a_failed_turn_answers_the_message_or_fails_typed(
+    harness: Harness,
+) -> None:
     harness.start_worker()
-    conversation = harness.conv("continue-skip")
+    conversation = harness.conv("continue-failed")
     failed = await harness.send(conversation, "hi", model="nosuch:model")
     assert failed.status == "error"
+    # the user's message is last: continueLastTurn answers it (with the last request's
+    # model, which fails the same way: a typed error, never a silent skip)
+    request = await harness.turns.continue_last_turn(conversation)
+    again = await harness.turns.wait(conversation, request)
+    assert again.status == "error" and again.error is not None
+    assert again.error.type == failed.error.type == "InvalidModel"
+    await wait_until(lambda: _recorded(harness, conversation, 2))
+    state = await harness.turns.state(conversation)
+    assert [r.status for r in state.recent] == ["error", "error"]
+    messages = await (await harness.store()).messages(conversation)
+    assert [m.role for m in messages] == ["user"]
+
+
+async def test_continue_with_nothing_to_continue_or_answer_is_skipped(harness: Harness) -> None:
+    harness.start_worker()
+    conversation = harness.conv("continue-skip")
     request = await harness.turns.continue_last_turn(conversation)
     skipped = await harness.turns.wait(conversation, request)
     assert skipped.status == "skipped"
-    # the turn's result is final before the conversation has recorded it: wait for that
-    await wait_until(lambda: _recorded(harness, conversation, 2))
+    await wait_until(lambda: _recorded(harness, conversation, 1))
     state = await harness.turns.state(conversation)
-    assert [r.status for r in state.recent] == ["error", "skipped"]
-    messages = await (await harness.store()).messages(conversation)
-    assert [m.role for m in messages] == ["user"]
+    assert [r.status for r in state.recent] == ["skipped"]
+    assert await (await harness.store()).messages(conversation) == []
 
 
 async def test_cancel_a_queued_request_it_never_runs(harness: Harness) -> None:

@@ -87,6 +87,18 @@ async def record(harness: Harness, conversation: str) -> list[WorkflowHistory]:
         "retry",
         model=harness.script([{"text": "recovered", "error": overloaded, "attempts": 1}]),
     )
+    # a stall after the first chunk: the step's next attempt is a recovery, which
+    # on_chat_recovery lets go on, then one it stops (the turn ends aborted with "late")
+    for answer in ("continue", "stop"):
+        stalled = await harness.send(
+            conversation,
+            f"stall, {answer}",
+            model=harness.script(
+                [{"text": "late reply", "stall_s": 30, "stall_after_chunks": 1, "attempts": 1}]
+            ),
+            body={"turn_config": {"chat_stream_stall_timeout_ms": 500}, "on_recovery": answer},
+        )
+        assert stalled.status == ("completed" if answer == "continue" else "aborted"), stalled
     # a regeneration of the last reply, and one naming no message (a typed error)
     await harness.turns.regenerate(conversation)
     await harness.turns.regenerate(conversation, f"{conversation}/turn-99/assistant")

@@ -168,8 +168,12 @@ async def test_a_worker_dying_mid_stream_leaves_the_whole_reply_once(
     await wait_until(lambda: _done(fd, chat), within=60)
     stored = await stored_reply(fd.url, chat)
     if how == "SIGKILL":  # the step ran again on the other worker, after a reset
-        retried = "reset-step" in [c["type"] for c in result["chunks"]]
-        assert retried if version == 7 else result["error"] is not None
+        types = [c["type"] for c in result["chunks"]]
+        assert "reset-step" in types if version == 7 else result["error"] is not None
+        # the client took the recovering part (transient: onData, not the message)
+        [recovering] = [c for c in result["chunks"] if c["type"] == "data-recovering"]
+        assert recovering["transient"] and recovering["data"]["reason"] == "worker_lost"
+        assert not any(p["type"] == "data-recovering" for p in result["message"]["parts"])
     if result["error"] is None:
         assert canonical(result["message"]) == canonical(stored)
     else:

@@ -123,6 +123,7 @@ async def with_budgets(
     crash_retries: int,
     final_types: Collection[str] = (),
     most_wait_s: float = 30.0,
+    on_retry: Callable[[ActivityError], None] | None = None,
 ) -> T:
     """Run an activity whose every schedule is one attempt (``ONE_ATTEMPT``), counting two
     budgets apart: its own failures (a provider's error, a stall, a tool's retry), at most
@@ -133,7 +134,8 @@ async def with_budgets(
     ``WorkerCrashLoop`` naming ``stage`` (``kind``, the Think stage, is its first detail).
     Each retry waits with backoff on a durable timer (1 s doubling, at most ``most_wait_s``
     after failures, 10 s after deaths, whose heartbeat timeout has been waited already): a few
-    events per retry in the history, none when the first attempt succeeds."""
+    events per retry in the history, none when the first attempt succeeds. ``on_retry`` sees
+    each failure that is retried, before the wait (``recovery.Tracker.note``)."""
     deaths = failures = 0
     attempt = 1
     while True:
@@ -163,6 +165,8 @@ async def with_budgets(
                 cause = err.cause
                 if isinstance(cause, ApplicationError) and cause.next_retry_delay:
                     wait = cause.next_retry_delay  # the provider's retry-after
+            if on_retry is not None:
+                on_retry(err)
             attempt += 1
             await workflow.sleep(wait, summary=f"retry {stage}: {why}")
 

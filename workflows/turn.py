@@ -63,7 +63,7 @@ with workflow.unsafe.imports_passed_through():
         metadata_problem,
     )
     from durable_turns.messages import Usage
-    from durable_turns.workflows import options, subagent
+    from durable_turns.workflows import options, recovery, subagent
     from durable_turns.workflows.intake import ABSENT, Inbox, Rejected, decode, unfold
 
 
@@ -244,7 +244,7 @@ class TurnWorkflow:
                         type="ContextOverflow",
                     )
                 run += 1
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, recovery.Stopped):  # cancelChat, on_chat_recovery
             self._status = "aborted"
             return await self._finish(ref, plan, steps, "aborted", inp.continuation)
         except ActivityError as err:
@@ -314,6 +314,8 @@ class TurnWorkflow:
             self._status = f"model step {step}"
             workflow.set_current_details(f"**step {step}** · `{plan.model}` · running")
             last = await self._model_step(ref, plan, step, last)
+            if last.outcome == "stopped":
+                raise recovery.Stopped
             steps = self._completed = step + 1
             self._usage += last.usage
             if last.outcome == "context_overflow":
@@ -382,6 +384,7 @@ class TurnWorkflow:
         if not _attempt_budgets():
             inp = ModelStepInput(turn=ref, step=step, model=plan.model)
             return await attempt(inp, options.model_retry(plan))
+        seen = recovery.Tracker()
         return await options.with_budgets(
             lambda n, failed, last: attempt(
                 ModelStepInput(
@@ -391,6 +394,7 @@ class TurnWorkflow:
                     attempt=n,
                     failures=failed,
                     last_try=last,
+                    recovery=seen.last,
                 ),
                 options.ONE_ATTEMPT,
             ),
@@ -399,6 +403,7 @@ class TurnWorkflow:
             tries=plan.max_retries + 1,
             crash_retries=plan.crash_retries,
             final_types=options.MODEL_FINAL,
+            on_retry=seen.note,
         )
 
     async def _tool_calls(self, ref: TurnRef, plan: TurnPlan, summary: StepSummary) -> bool:
@@ -408,6 +413,7 @@ class TurnWorkflow:
         outcomes = await asyncio.gather(
             *(self._tool_call(ref, plan, summary.step, c) for c in summary.tool_calls)
         )
+        recovery.raise_if_stopped(outcomes)
         pending = [o for o in outcomes if o.pending]
         if not pending:
             return False
@@ -449,7 +455,7 @@ class TurnWorkflow:
                 )
                 for o in batch
             )
-        await asyncio.gather(*runs)
+        recovery.raise_if_stopped(await asyncio.gather(*runs))
         return bool(clients)
 
     async def _agents(
@@ -485,6 +491,8 @@ class TurnWorkflow:
             limit = max(limit, call.timeout_s * (call.retries + 1) + TOOL_TIMEOUT_MARGIN_S)
         details = "" if resolution else _tool_limits(call)
 
+        seen = recovery.Tracker()
+
         def attempt(n: int, failed: int, policy: RetryPolicy) -> Awaitable[ToolOutcome]:
             return workflow.execute_activity(
                 TOOL_CALL,
@@ -496,6 +504,7 @@ class TurnWorkflow:
                     resolution=resolution,
                     attempt=n,
                     failures=failed,
+                    recovery=seen.last,
                 ),
                 result_type=ToolOutcome,
                 start_to_close_timeout=timedelta(seconds=limit),
@@ -513,6 +522,7 @@ class TurnWorkflow:
             kind="tool",
             tries=options.TOOL_TRIES,
             crash_retries=plan.crash_retries,
+            on_retry=seen.note,
         )
 
     async def _wait_for_client(self, plan: TurnPlan, pending: list[ToolOutcome]) -> None:

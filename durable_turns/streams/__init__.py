@@ -13,6 +13,7 @@ from durable_turns.store.base import mask_url
 from durable_turns.streams.base import (
     AGENT_CHUNK,
     CHUNK,
+    RECOVERING,
     RESET,
     STEP_FINISH,
     STEP_START,
@@ -74,6 +75,7 @@ def open_stream_backend(url: str | None) -> ChunkStreamBackend | None:
 __all__ = [
     "AGENT_CHUNK",
     "CHUNK",
+    "RECOVERING",
     "RESET",
     "STEP_FINISH",
     "STEP_START",

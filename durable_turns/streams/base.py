@@ -46,6 +46,12 @@ CHUNK: Final = "chunk"
 """One ``StreamPart`` of a model step (``data`` is its ``model_dump(mode="json")``)."""
 RESET: Final = "reset"
 """A retried attempt starts: drop what earlier attempts of the step streamed."""
+RECOVERING: Final = "recovering"
+"""The turn resumes after a lost attempt (a worker died or shut down, the store was out of
+reach, the model stream stalled): ``data`` has ``stage`` (``"stream"``, ``"tool"`` or
+``"turn"``), ``reason`` (``contract.RecoveryReason``), ``message``, ``attempt``, ``deaths``
+and, for a tool, ``tool_call_id`` and ``tool_name``. The new attempt follows (a model
+step's after its ``reset``); readers may show "recovering…" until it streams."""
 STEP_START: Final = "step-start"
 STEP_FINISH: Final = "step-finish"
 TOOL_RESULT: Final = "tool-result"

@@ -33,6 +33,7 @@ from durable_turns.messages import (
 from durable_turns.streams import (
     AGENT_CHUNK,
     CHUNK,
+    RECOVERING,
     RESET,
     STEP_FINISH,
     STEP_START,
@@ -184,6 +185,8 @@ class UIMessageStream:
             return self._agent_chunk(ev.data)
         if ev.type == TURN_FINISH:
             return self._turn_finish(ev.data)
+        if ev.type == RECOVERING:
+            return [recovering_chunk(self.turn, ev)]
         return []
 
     def _reset(self, ev: StreamEvent, key: tuple[int | None, int | None]) -> list[dict[str, Any]]:
@@ -442,6 +445,21 @@ def _int(value: Any, default: int) -> int:
 
 AGENT_MIN_GROWTH = 40
 """Characters a sub-agent's reply grows by, at least, between two preliminary outputs."""
+
+
+def recovering_chunk(turn: int | None, ev: StreamEvent) -> dict[str, Any]:
+    """A ``recovering`` event as a transient ``data-recovering`` part: the client hands it
+    to ``onData`` (a page shows "recovering…") and keeps it out of the message, which stays
+    the stored reply."""
+    keys = ("stage", "reason", "message", "attempt", "deaths", "tool_call_id", "tool_name")
+    data = {k: ev.data[k] for k in keys if k in ev.data}
+    data["step"] = ev.step
+    return {
+        "type": "data-recovering",
+        "id": f"recovering-{turn}-{ev.offset}",
+        "data": data,
+        "transient": True,
+    }
 
 
 def part_id(kind: str, turn: int, step: int, rank: int) -> str:

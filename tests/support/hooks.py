@@ -12,7 +12,8 @@ request's body, so one class serves every test:
 * ``repairs``: ``{"<tool the model called>": RepairedToolCall as JSON, or "raise"}`` for
   ``repair_tool_call`` (a name not listed: no repair);
 * ``follow_up``: ``{"text": ..., "model": ...}``: ``on_chat_response`` submits it as a new
-  request to the same conversation (through a Temporal client, as an app would).
+  request to the same conversation (through a Temporal client, as an app would);
+* ``on_recovery``: what ``on_chat_recovery`` returns (``"raise"``: it raises).
 
 Load it as hooks (``TURNS_HOOKS=tests.support.hooks:RecordingHooks``) and as tools
 (``TURNS_TOOLS=tests.support.tools,tests.support.hooks``) for the ``note``/``secret`` tools.
@@ -30,6 +31,7 @@ from pydantic import BaseModel
 
 from durable_turns.hooks import (
     ChatErrorContext,
+    ChatRecoveryContext,
     ChatResponseResult,
     ChunkContext,
     ContextOverflowConfig,
@@ -216,6 +218,28 @@ class RecordingHooks(TurnHooks):
             request_id=ctx.request_id,
         )
         return RuntimeError(f"Sorry, that failed ({ctx.stage}): {error}")
+
+    async def on_chat_recovery(self, ctx: ChatRecoveryContext) -> Any:
+        record(
+            "on_chat_recovery",
+            pid=os.getpid(),
+            stage=ctx.stage,
+            step=ctx.step_number,
+            attempt=ctx.attempt,
+            reason=ctx.reason,
+            error=ctx.error,
+            deaths=ctx.deaths,
+            partial_text=ctx.partial_text,
+            partial_parts=[p.type for p in ctx.partial_parts],
+            tool_call_id=ctx.tool_call_id,
+            tool_name=ctx.tool_name,
+            tool_input=ctx.tool_input,
+            request_id=ctx.request_id,
+        )
+        answer = ctx.body.get("on_recovery")
+        if answer == "raise":
+            raise RuntimeError("on_chat_recovery exploded")
+        return answer
 
     async def classify_chat_error(self, error: Exception | str, ctx: ChatErrorContext) -> Any:
         record("classify_chat_error", error=str(error), stage=ctx.stage, metadata=ctx.metadata)
