@@ -19,6 +19,7 @@ from temporalio.worker import Replayer
 
 from durable_turns.runtime import WORKFLOWS
 from durable_turns.sandbox import sandbox_runner
+from durable_turns.workflows import patches
 from tests.support.harness import Harness
 from tests.support.hooks import HOOK_TOOLS
 
@@ -155,6 +156,25 @@ async def test_fresh_histories_replay(harness: Harness) -> None:
     histories = await record(harness, harness.conv("replay"))
     for history in histories:
         await replayer().replay_workflow(history)
+        assert patch_markers(history) == {1: [patches.UP_FRONT]}, history.workflow_id
+
+
+def patch_markers(history: WorkflowHistory) -> dict[int, list[str]]:
+    """The patch markers of a run, by the workflow task whose completion recorded them.
+
+    A patch asked after a local activity can be recorded a task later than a replay asks it
+    (``workflows.patches``): a run of this release asks one, in its first task."""
+    found: dict[int, list[str]] = {}
+    task = 0
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
+            task += 1
+        elif event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            marker = event.marker_recorded_event_attributes
+            if marker.marker_name == "core_patch":
+                patch_id = json.loads(marker.details["patch-data"].payloads[0].data)["id"]
+                found.setdefault(task, []).append(patch_id)
+    return found
 
 
 async def test_recorded_histories_replay() -> None:

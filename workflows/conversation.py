@@ -81,7 +81,7 @@ with workflow.unsafe.imports_passed_through():
         validation_problems,
     )
     from durable_turns.messages import Message
-    from durable_turns.workflows import options
+    from durable_turns.workflows import options, patches
     from durable_turns.workflows.intake import (
         ABSENT,
         Inbox,
@@ -215,6 +215,7 @@ class ConversationWorkflow:
 
     @workflow.run
     async def run(self, input: ConversationInput | None = None) -> None:
+        patches.decide()  # first: before any local activity (see ``patches``)
         conversation_id = workflow.info().workflow_id
         if self._id_problem:
             # Not a conversation id (too long, control characters, or a turn's id pattern):
@@ -224,7 +225,7 @@ class ConversationWorkflow:
                 f"invalid conversation id: {self._id_problem}", type=INVALID_ID, non_retryable=True
             )
         if (
-            workflow.patched(CONVERSATION_ID_PATCH)
+            patches.patched(CONVERSATION_ID_PATCH)
             and workflow.info().typed_search_attributes.get(CONVERSATION_ID) != conversation_id
         ):  # set once; a continue-as-new carries it over
             workflow.upsert_search_attributes([CONVERSATION_ID.value_set(conversation_id)])
@@ -234,7 +235,7 @@ class ConversationWorkflow:
             workflow.set_current_details(
                 "opening the conversation: **waiting for the store** (retrying until it answers)"
             )
-            if workflow.patched(LOCAL_OPEN_PATCH) and workflow.patched(PATCH_WORKER_DEFAULTS):
+            if patches.patched(LOCAL_OPEN_PATCH) and patches.patched(PATCH_WORKER_DEFAULTS):
                 # a local activity: no round trip to the server before the first turn starts
                 opened = await workflow.execute_local_activity(
                     OPEN_CONVERSATION_WITH_DEFAULTS,
@@ -247,7 +248,7 @@ class ConversationWorkflow:
                 self._turn_count = opened.turn_count
                 self._worker_concurrency = opened.message_concurrency
                 self._worker_debounce_ms = opened.debounce_ms
-            elif workflow.patched(LOCAL_OPEN_PATCH):
+            elif patches.patched(LOCAL_OPEN_PATCH):
                 self._turn_count = await workflow.execute_local_activity(
                     OPEN_CONVERSATION,
                     conversation_id,
@@ -275,7 +276,7 @@ class ConversationWorkflow:
             if (
                 self._queue
                 and workflow.info().is_continue_as_new_suggested()
-                and workflow.patched(PATCH_HANDOVER_WITH_QUEUE)
+                and patches.patched(PATCH_HANDOVER_WITH_QUEUE)
             ):
                 # History is long and requests are waiting: hand them over to a new run
                 # (what is carried is bounded by MAX_QUEUED_BYTES, whatever is queued).
@@ -323,7 +324,7 @@ class ConversationWorkflow:
                 model=request.model,
                 metadata=request.metadata,
             )
-            if workflow.patched(PATCH_STORED_SIZES):
+            if patches.patched(PATCH_STORED_SIZES):
                 _sized(follow)
             self._queue.appendleft(follow)
             self._queued_bytes += follow.size
@@ -517,7 +518,7 @@ class ConversationWorkflow:
     def _through_inbox(self) -> bool:
         """Whether this run takes signals through the inbox (``PATCH_INBOX``), and so whether
         the worker's runner may fold them (one workflow.patched answer for the whole run)."""
-        through = workflow.patched(PATCH_INBOX)
+        through = patches.patched(PATCH_INBOX)
         self.foldable_signals = INBOX_SIGNALS if through else frozenset()
         return through
 
@@ -705,7 +706,7 @@ class ConversationWorkflow:
                 model=self._last_model,
                 metadata=metadata,
             )
-            if workflow.patched(PATCH_STORED_SIZES):
+            if patches.patched(PATCH_STORED_SIZES):
                 _sized(pending)
             else:
                 pending.size = payload_size(raw)
@@ -773,7 +774,7 @@ class ConversationWorkflow:
         value = self._tool_result_value(raw)
         if value is _REJECTED or self._running_turn is None:
             return
-        if not workflow.patched(PATCH_FORWARD_ONE_AT_A_TIME):
+        if not patches.patched(PATCH_FORWARD_ONE_AT_A_TIME):
             await self._running_turn.signal(TURN_SIGNAL_TOOL_RESULT, value)
             return
         self._queue_tool_result(value)
@@ -989,7 +990,7 @@ class ConversationWorkflow:
                 "a turn is running or waiting and this conversation's message concurrency is"
                 " 'drop': send it again once the conversation is idle",
             )
-        if workflow.patched(PATCH_STORED_SIZES):
+        if patches.patched(PATCH_STORED_SIZES):
             request_id = req.request_id or str(workflow.uuid4())
             pending = self._pending(
                 req.messages, request_id, body=req.body, model=req.model, metadata=req.metadata
@@ -1131,7 +1132,7 @@ def _gate_metadata(request: R) -> R:
     """``request``, unless it gives ``metadata`` in a run recorded before requests could:
     that run rejected the field as unknown, and its replay rejects it again (a handler, never a
     validator: ``patched`` records a marker)."""
-    if "metadata" in request.model_fields_set and not workflow.patched(PATCH_METADATA):
+    if "metadata" in request.model_fields_set and not patches.patched(PATCH_METADATA):
         raise Rejected(
             INVALID_REQUEST, "malformed request: metadata: Extra inputs are not permitted"
         )

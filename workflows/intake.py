@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         REQUEST_TOO_LARGE,
         UNDECRYPTABLE_ENCODING,
     )
+    from durable_turns.workflows import patches
 
 JSON_ENCODING = b"json/plain"
 """The one encoding a request may have (what every SDK's JSON converter writes)."""
@@ -212,7 +213,7 @@ class Inbox:
         no round trip to the server; one marker in the history per round)."""
         per_task, min_cost = (
             (INTAKE_BYTES_PER_TASK, INTAKE_MIN_COST)
-            if workflow.patched(PATCH_SMALLER_ROUNDS)
+            if patches.patched(PATCH_SMALLER_ROUNDS)
             else (_OLD_BYTES_PER_TASK, _OLD_MIN_COST)
         )
         while self._items:

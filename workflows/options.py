@@ -27,6 +27,7 @@ from durable_turns.contract import (
     TurnPlan,
     TurnResult,
 )
+from durable_turns.workflows import patches
 
 T = TypeVar("T")
 
@@ -200,7 +201,7 @@ async def chat_response(result: TurnResult, summary: str, agent: str | None = No
             summary=summary,
         )
 
-    if not workflow.patched(PATCH_CHAT_RESPONSE_BUDGET):
+    if not patches.patched(PATCH_CHAT_RESPONSE_BUDGET):
         await attempt(BOOKKEEPING_RETRY)
         return
     try:

@@ -63,7 +63,7 @@ with workflow.unsafe.imports_passed_through():
         metadata_problem,
     )
     from durable_turns.messages import Usage
-    from durable_turns.workflows import options, recovery, subagent
+    from durable_turns.workflows import options, patches, recovery, subagent
     from durable_turns.workflows.intake import ABSENT, Inbox, Rejected, decode, unfold
 
 
@@ -122,7 +122,7 @@ class TurnWorkflow:
 
         Kept as it came and read a bounded amount per workflow task (``intake.Inbox``): a
         burst of large lists of results costs many short tasks, not one past the detector."""
-        if not workflow.patched(PATCH_TOOL_RESULT_INBOX):
+        if not patches.patched(PATCH_TOOL_RESULT_INBOX):
             self.foldable_signals = frozenset()
             self._take_tool_result(TURN_SIGNAL_TOOL_RESULT, raw)
             return
@@ -163,7 +163,7 @@ class TurnWorkflow:
                 continue
             size = len(to_json(resolution))
             if call_id not in self._pending:
-                if self._held_bytes + size > MAX_HELD_RESOLUTION_BYTES and workflow.patched(
+                if self._held_bytes + size > MAX_HELD_RESOLUTION_BYTES and patches.patched(
                     PATCH_ANSWERS_IN_BATCHES
                 ):
                     self._rejected.append(
@@ -192,6 +192,7 @@ class TurnWorkflow:
 
     @workflow.run
     async def run(self, inp: TurnInput) -> TurnResult:
+        patches.decide()  # first: before any local activity (see ``patches``)
         if workflow.info().parent is None:
             # Started directly with an id no conversation may have, or metadata no
             # conversation accepts: touch nothing.
@@ -437,7 +438,7 @@ class TurnWorkflow:
                 size = 0
             batches[-1].append(o)
             size += answer
-        if len(batches) > 1 and not workflow.patched(PATCH_ANSWERS_IN_BATCHES):
+        if len(batches) > 1 and not patches.patched(PATCH_ANSWERS_IN_BATCHES):
             batches = [pending]
         runs: list[Awaitable[ToolOutcome]] = []
         for i, batch in enumerate(batches):
@@ -648,7 +649,7 @@ recorded before let Temporal retry them (``options.model_retry``, ``options.TOOL
 
 
 def _attempt_budgets() -> bool:
-    return workflow.patched(PATCH_ATTEMPT_BUDGETS)
+    return patches.patched(PATCH_ATTEMPT_BUDGETS)
 
 
 LOCAL_BOOKKEEPING_PATCH = "local-begin-finish"
@@ -658,7 +659,7 @@ def _local_bookkeeping() -> bool:
     """begin_turn and finish_turn run as local activities: each saves the worker a round trip
     to the server (schedule, poll, complete, a new workflow task) on every turn. Turns
     recorded before this change replay with the regular activities they ran."""
-    return workflow.patched(LOCAL_BOOKKEEPING_PATCH)
+    return patches.patched(LOCAL_BOOKKEEPING_PATCH)
 
 
 _STAGES = {
