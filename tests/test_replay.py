@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
@@ -157,6 +158,16 @@ async def test_fresh_histories_replay(harness: Harness) -> None:
     for history in histories:
         await replayer().replay_workflow(history)
         assert patch_markers(history) == {1: [patches.UP_FRONT]}, history.workflow_id
+
+
+def test_the_up_front_patches_are_the_workflows_patches() -> None:
+    """Every id ``UP_FRONT`` applies is one the workflows ask (a typo would apply nothing)."""
+    source = "".join(p.read_text() for p in Path(patches.__file__).parent.glob("*.py"))
+    asked = {
+        m.group(1)
+        for m in re.finditer(r'^[A-Z_]*PATCH[A-Z_]* = "([a-z0-9-]+)"', source, re.MULTILINE)
+    }
+    assert patches.APPLIED <= asked, patches.APPLIED - asked
 
 
 def patch_markers(history: WorkflowHistory) -> dict[int, list[str]]:

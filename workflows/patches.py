@@ -16,6 +16,9 @@ So a run started by this release asks one patch, :data:`UP_FRONT`, in its first 
 every later :func:`patched` is then true without a marker of its own: one marker per run, in the
 task that started it, whatever the timing. A run recorded before has no ``UP_FRONT`` marker and
 asks each patch where it always did, exactly as it ran.
+
+The same holds for any later patch: ask it before the run's first local activity, or with an
+up-front id of its own (:data:`APPLIED` is closed).
 """
 
 from __future__ import annotations
@@ -23,7 +26,30 @@ from __future__ import annotations
 from temporalio import workflow
 
 UP_FRONT = "patches-decided-up-front"
-"""Every patch below is applied in this run; recorded in the run's first workflow task."""
+"""The patches of :data:`APPLIED` are applied in this run; recorded in its first workflow task."""
+
+APPLIED = frozenset(
+    {
+        "activity-attempt-budgets",
+        "chat-response-crash-budget",
+        "conversation-continue-as-new-with-queue",
+        "conversation-forward-tool-results-one-at-a-time",
+        "conversation-id-search-attribute",
+        "conversation-opens-with-worker-defaults",
+        "conversation-request-metadata",
+        "conversation-requests-sized-as-kept",
+        "conversation-signals-through-inbox",
+        "intake-rounds-of-256k",
+        "local-begin-finish",
+        "local-open-conversation",
+        "turn-client-answers-in-batches",
+        "turn-tool-results-through-inbox",
+    }
+)
+"""Every patch of the workflows when :data:`UP_FRONT` was made. Never add to it: a run recorded
+with ``UP_FRONT`` took none of a later patch's branches. A later patch is asked on its own
+(:func:`patched` falls through to ``workflow.patched``), where no local activity comes before it
+in its workflow task, or by a new up-front id with a set of its own."""
 
 _DECIDED = "_durable_turns_patches_up_front"
 
@@ -40,5 +66,5 @@ def decide() -> bool:
 
 
 def patched(patch_id: str) -> bool:
-    """``workflow.patched(patch_id)``, unless this run applies every patch (:data:`UP_FRONT`)."""
-    return decide() or workflow.patched(patch_id)
+    """``workflow.patched(patch_id)``, unless the run applies it up front (:data:`APPLIED`)."""
+    return (patch_id in APPLIED and decide()) or workflow.patched(patch_id)
