@@ -27,8 +27,9 @@ AGENT_TOOLS = "tests.support.tools,tests.support.agent_tools"
 SUBAGENT_WORKER = {"TURNS_TOOLS": AGENT_TOOLS}
 """The worker that records (and freshly replays) the sub-agent histories."""
 SUBAGENT_HISTORIES = HISTORIES / "subagents"
-"""Recorded by ``python -m tests.record_histories recorded-sa subagents``; replayed with the
-others by ``tests/test_replay.py``."""
+"""Recorded by ``python -m tests.record_histories recorded-sa subagents`` (and
+``recorded-sac subagents-client``: a sub-agent's client tool answered through the parent);
+replayed with the others by ``tests/test_replay.py``."""
 
 PARENT = [
     {"tool_calls": [{"name": "research", "input": {"task": "What is 2 + 3?"}}]},
@@ -473,7 +474,27 @@ async def record_subagents(harness: Harness, conversation: str) -> list[Workflow
     ]
 
 
+async def record_subagent_client(harness: Harness, conversation: str) -> list[WorkflowHistory]:
+    """A conversation whose sub-agent waits for the parent's client (a client tool), answered
+    through the parent's conversation: the conversation's, the parent turn's and the child
+    turn's histories."""
+    child_script(harness, WHERE, name="asker")
+    started = await harness.turns.start(conversation, "go", model=harness.script(ASKER_PARENT))
+    await waiting(harness, conversation, {WHERE_ID})
+    await harness.turns.submit_tool_result(conversation, WHERE_ID, "Lisbon")
+    result = await harness.turns.result(conversation, started)
+    assert result.status == "completed", result.error
+    child = harness.client.get_workflow_handle(child_of(conversation, 1, "call_a"))
+    return [
+        await settled_history(harness, conversation),
+        await harness.client.get_workflow_handle(result.workflow_id).fetch_history(),
+        await child.fetch_history(),
+    ]
+
+
 async def test_fresh_subagent_histories_replay(harness: Harness) -> None:
     harness.start_worker(**SUBAGENT_WORKER)
     for history in await record_subagents(harness, harness.conv("replay-sa")):
+        await replayer().replay_workflow(history)
+    for history in await record_subagent_client(harness, harness.conv("replay-sac")):
         await replayer().replay_workflow(history)
