@@ -409,6 +409,32 @@ async def test_a_worker_killed_while_the_sub_agent_waits_loses_nothing(harness: 
     assert run.status == WorkflowExecutionStatus.COMPLETED
 
 
+async def test_a_sub_agents_sub_agent_reaches_the_parents_client(harness: Harness) -> None:
+    start(harness)
+    child_script(harness, WHERE, name="asker")
+    child_script(
+        harness,
+        [
+            {"tool_calls": [{"name": "asker", "id": "call_i", "input": {"task": "where?"}}]},
+            {"text": "Outer heard: {tool_result}"},
+        ],
+        name="outer",
+    )
+    parent = [
+        {"tool_calls": [{"name": "outer", "id": "call_o", "input": {"task": "ask"}}]},
+        {"text": "{tool_result}"},
+    ]
+    conversation = harness.conv("agent-nested")
+    started = await harness.turns.start(conversation, "go", model=harness.script(parent))
+    nested = agent_call_id("call_o", agent_call_id("call_i", "c_where"))
+    [call] = await waiting(harness, conversation, {nested})
+    assert call["tool_name"] == "where_am_i" and call["agent"] == "call_o"
+    await harness.turns.submit_tool_result(conversation, nested, "Braga")
+    result = await harness.turns.result(conversation, started)
+    assert result.status == "completed", result.error
+    assert result.text == "Outer heard: You are in Braga."
+
+
 async def test_the_front_door_answers_a_sub_agents_client_tool(harness: Harness, door: Any) -> None:
     start(harness, TURNS_MODEL=harness.script(ASKER_PARENT))
     child_script(harness, WHERE, name="asker")

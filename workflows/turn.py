@@ -112,6 +112,7 @@ class TurnWorkflow:
         self._forwards: list[tuple[str, dict[str, Any]]] = []
         """Answers to sub-agents' calls on their way to the sub-agent's turn."""
         self._forwarder: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Future[None]] = set()
 
     @workflow.query(name=QUERY_STATE)
     def state(self) -> dict[str, object]:
@@ -173,6 +174,24 @@ class TurnWorkflow:
                 "waiting_for": call.get("waiting_for"),
                 "agent": agent,
             }
+        if self._input is not None and self._input.agent:  # a sub-agent's sub-agent: pass
+            self._background(self._tell_parent(self._waits()))  # it on up
+
+    def _waits(self) -> list[dict[str, Any]]:
+        """What this turn waits for the client on: its own calls, then its sub-agents'."""
+        own = [
+            {"tool_call_id": o.tool_call_id, "tool_name": o.tool_name, "waiting_for": o.pending}
+            for o in self._pending.values()
+            if o.tool_call_id not in self._resolutions
+        ]
+        keys = ("tool_call_id", "tool_name", "waiting_for")
+        return own + [{k: w[k] for k in keys} for w in self._agent_waits.values()]
+
+    def _background(self, work: Awaitable[None]) -> None:
+        """A signal's follow-up (a handler cannot await), kept until it is done."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     @workflow.signal(dynamic=True)
     def any_signal(self, name: str, args: Sequence[RawValue]) -> None:
@@ -234,6 +253,8 @@ class TurnWorkflow:
             return
         agent, child_call = split
         self._agent_waits.pop(resolution.tool_call_id, None)
+        if self._input is not None and self._input.agent:
+            self._background(self._tell_parent(self._waits()))
         answer = resolution.model_dump(mode="json", exclude_defaults=True)
         answer["tool_call_id"] = child_call
         self._forwards.append((self._agent_runs[agent], answer))
@@ -252,16 +273,12 @@ class TurnWorkflow:
         finally:
             self._forwarder = None
 
-    async def _tell_parent(self, pending: list[ToolOutcome]) -> None:
+    async def _tell_parent(self, calls: list[dict[str, Any]]) -> None:
         """A sub-agent's turn: tell the parent turn which calls wait for its client (the
-        parent lists and forwards them); an empty list when the wait is over."""
+        parent lists and forwards them), its sub-agents' too; an empty list: none."""
         parent = workflow.info().parent
         if parent is None or not workflow.patched(PATCH_AGENT_CLIENT):
             return
-        calls = [
-            {"tool_call_id": o.tool_call_id, "tool_name": o.tool_name, "waiting_for": o.pending}
-            for o in pending
-        ]
         try:
             await workflow.get_external_workflow_handle(parent.workflow_id).signal(
                 TURN_SIGNAL_AGENT_WAIT, {"child": workflow.info().workflow_id, "calls": calls}
@@ -566,6 +583,7 @@ class TurnWorkflow:
             self._status = f"{len(agents)} sub-agents"
         for o in agents:  # answers to their calls that wait for the client go to them
             self._agent_runs[o.tool_call_id] = subagent.child_turn_id(ref, o.tool_call_id)
+        waited = len(self._agent_waits)
         try:
             answers = await asyncio.gather(
                 *(subagent.run_agent(ref, plan, step, o, inp.body, inp.metadata) for o in agents)
@@ -577,6 +595,8 @@ class TurnWorkflow:
                 k for k, w in self._agent_waits.items() if w["agent"] not in self._agent_runs
             ]:
                 del self._agent_waits[key]
+        if inp.agent and waited and not self._agent_waits:  # its sub-agents' waits are gone
+            await self._tell_parent(self._waits())
         for answer in answers:
             self._resolutions[answer.tool_call_id] = answer
             self._sizes[answer.tool_call_id] = len(to_json(answer))
@@ -644,18 +664,14 @@ class TurnWorkflow:
         ids = [o.tool_call_id for o in pending]
         agent = bool(self._input and self._input.agent)
         if agent:  # a sub-agent's turn: its parent's client answers, through the parent
-            await self._tell_parent(pending)
+            await self._tell_parent(self._waits())
         try:
             await workflow.wait_condition(
                 lambda: all(i in self._resolutions for i in ids),
                 timeout=timedelta(seconds=plan.client_tool_timeout_s),
                 timeout_summary="waiting for client tool results",
             )
-            if agent:
-                await self._tell_parent([])
         except TimeoutError:
-            if agent:
-                await self._tell_parent([])
             for o in pending:
                 self._resolutions.setdefault(
                     o.tool_call_id,
@@ -667,6 +683,8 @@ class TurnWorkflow:
                         reason=f"no answer within {plan.client_tool_timeout_s:g}s",
                     ),
                 )
+        if agent:  # the wait is over: the parent lists none of these any more
+            await self._tell_parent(self._waits())
 
     async def _finish(
         self,
