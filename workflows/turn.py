@@ -156,7 +156,8 @@ class TurnWorkflow:
         own, under ``agent_call_id``, until answered or the sub-agent ends."""
         try:
             value = decode(raw, MAX_TOOL_RESULT_BYTES, "agent wait")
-            child, calls = value["child"], list(value["calls"])
+            child = value["child"]
+            calls = [c for c in value["calls"] if isinstance(c, dict)]
         except (Rejected, KeyError, TypeError) as e:
             self._rejected.append(f"malformed agent wait: {e}")
             del self._rejected[:-10]
@@ -431,12 +432,13 @@ class TurnWorkflow:
                 return steps, last.error or "context overflow"
             if not last.tool_calls:
                 break
-            if await self._tool_calls(ref, plan, last):
-                if ref.agent and workflow.patched(PATCH_AGENT_CLIENT):
-                    pass  # a sub-agent has no conversation to continue it: go on here
-                else:
-                    self._awaited_client = True  # the results arrived: continue in a new turn
-                    break
+            # the client's answers arrived: continue in a new turn (a sub-agent has no
+            # conversation to run one, so it goes on here)
+            if await self._tool_calls(ref, plan, last) and not (
+                ref.agent and workflow.patched(PATCH_AGENT_CLIENT)
+            ):
+                self._awaited_client = True
+                break
             if _should_stop(plan.stop_when, last, steps):
                 break
         return steps, None
