@@ -19,9 +19,8 @@ from durable_turns.activities import heartbeats, isolation, recovery
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.heartbeats import keep_alive
 from durable_turns.activities.lifecycle import OnChunk
-from durable_turns.activities.tool_calls import ToolRun, jsonable, run_tool_call
+from durable_turns.activities.tool_calls import jsonable, run_tool_call
 from durable_turns.contract import (
-    AGENT_CLIENT_TOOL,
     MAX_TOOL_OUTPUT_BYTES,
     TOOL_CALL,
     TOOL_OUTPUT_TOO_LARGE,
@@ -91,8 +90,6 @@ class ToolCallActivities:
                 inp.resolution,
                 repair,
             )
-            if run.pending and ref.agent and run.pending != "agent":
-                run = _no_client_in_agent(call.tool_name, run.pending)
             if run.pending == "agent":  # the workflow runs the sub-agent, then asks again
                 return ToolOutcome(
                     tool_call_id=call.tool_call_id,
@@ -101,7 +98,9 @@ class ToolCallActivities:
                     pending="agent",
                     task=run.task,
                 )
-            if run.pending:  # recorded nowhere: the turn waits for the client, then asks again
+            # recorded nowhere: the turn waits for the client, then asks again (a sub-agent's
+            # turn too: its parent's client answers, through the parent, workflows.subagent)
+            if run.pending:
                 try:
                     async with self.deps.publisher(
                         ref, inp.step, once=f"{TOOL_WAIT}:{call.tool_call_id}"
@@ -271,17 +270,6 @@ def _preliminaries(on_chunk: OnChunk | None, call: ToolCallPart) -> Any:
         await on_chunk(_result_chunk(call, value, False, preliminary=True))
 
     return emit
-
-
-def _no_client_in_agent(tool_name: str, pending: str) -> ToolRun:
-    """A sub-agent's call of a client tool, or of one that needs approval: its turn cannot
-    reach the user's client (Think's agent tools cannot either), so its model is told."""
-    what = "runs on the client" if pending == "client" else "needs the user's approval"
-    text = (
-        f"{AGENT_CLIENT_TOOL}: tool {tool_name!r} {what}, which a sub-agent's turn cannot"
-        " reach; do without it"
-    )
-    return ToolRun(text, True, outcome="unavailable")
 
 
 def _approval(resolution: ToolResolution | None) -> dict[str, Any] | None:

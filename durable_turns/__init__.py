@@ -36,6 +36,7 @@ _EXPORTS: dict[str, str] = {
     "ToolRegistry": "durable_turns.tools",
     "client_tool": "durable_turns.tools",
     "tool": "durable_turns.tools",
+    "AgentTask": "durable_turns.agents",
     "agent_tool": "durable_turns.agents",
     "stream_transform": "durable_turns.transforms",
     # hooks
@@ -74,6 +75,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "CONTEXT_OVERFLOW_PATTERN",
+    "AgentTask",
     "CacheConfig",
     "ChatErrorClassification",
     "ChatErrorContext",
@@ -135,7 +137,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from durable_turns.agents import agent_tool
+    from durable_turns.agents import AgentTask, agent_tool
     from durable_turns.client import TurnsClient
     from durable_turns.config import Settings
     from durable_turns.contract import SubmitMessages, TurnResult

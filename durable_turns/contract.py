@@ -12,6 +12,7 @@ import hashlib
 import json
 import re
 import unicodedata
+from collections.abc import Iterable
 from typing import Any, Literal
 
 from pydantic import (
@@ -42,6 +43,9 @@ SIGNAL_ADD = "addMessages"
 order of the turn queue."""
 TURN_SIGNAL_TOOL_RESULT = "toolResult"
 """The same, sent to a turn directly."""
+TURN_SIGNAL_AGENT_WAIT = "agentWait"
+"""A sub-agent's turn tells its parent turn which of its calls wait for the client (the
+parent lists them as its own, under :func:`agent_call_id`, and forwards their answers)."""
 UPDATE_SEND = "sendMessage"
 UPDATE_START = "startTurn"
 """Like ``sendMessage``, but answers as soon as the turn has started (its ``RequestRecord``:
@@ -221,8 +225,11 @@ TURN_TAKEN_OVER = "TurnTakenOver"
 UNKNOWN_AGENT = "UnknownAgent"
 """A sub-agent's turn names an agent tool this worker does not have (``TurnInput.agent``)."""
 AGENT_CLIENT_TOOL = "AgentClientTool"
-"""A sub-agent's model called a client tool or one that needs approval: a sub-agent's turn
-cannot reach the user's client, so the child's model gets this error result."""
+"""No longer raised: a sub-agent's client tools and approvals reach the parent's client
+(:func:`agent_call_id`). Kept for code that matched on it."""
+UNKNOWN_TOOL_CALL = "UnknownToolCall"
+"""An answer names a sub-agent's call (:data:`AGENT_CALL_PREFIX`) that no running sub-agent
+of the turn has."""
 AGENT_TASK_TOO_LARGE = "AgentTaskTooLarge"
 """An agent tool's task (its rendered input) is over :data:`MAX_AGENT_TASK_BYTES`."""
 AGENT_FAILED = "AgentFailed"
@@ -378,6 +385,32 @@ def turn_workflow_id(conversation_id: str, turn_number: int) -> str:
 def turn_id(conversation_id: str, turn_number: int) -> str:
     """The key of a turn in the transcript store (the same string as its workflow id)."""
     return turn_workflow_id(conversation_id, turn_number)
+
+
+AGENT_CALL_PREFIX = "agent:"
+"""Every id under which a parent turn shows a sub-agent's waiting call starts with it (a
+provider's own tool call ids never do: Anthropic's are ``toolu_…``, OpenAI's ``call_…``)."""
+
+
+def agent_call_id(agent_call: str, child_call: str) -> str:
+    """The id a parent turn's client sees for its sub-agent's call ``child_call`` (a client
+    tool or an approval), made in the call ``agent_call`` of an agent tool:
+    ``agent:<agent call id>/<child call id>``. A sub-agent of a sub-agent nests:
+    ``agent:a/agent:b/c``."""
+    return f"{AGENT_CALL_PREFIX}{agent_call}/{child_call}"
+
+
+def split_agent_call_id(call_id: str, agent_calls: Iterable[str]) -> tuple[str, str] | None:
+    """``(agent call id, child call id)`` for an id :func:`agent_call_id` made with one of
+    ``agent_calls`` (the longest that fits), else None."""
+    if not call_id.startswith(AGENT_CALL_PREFIX):
+        return None
+    rest = call_id[len(AGENT_CALL_PREFIX) :]
+    fits = [a for a in agent_calls if rest.startswith(f"{a}/") and len(rest) > len(a) + 1]
+    if not fits:
+        return None
+    agent = max(fits, key=len)
+    return agent, rest[len(agent) + 1 :]
 
 
 def agent_conversation_id(conversation_id: str, turn_number: int, tool_call_id: str) -> str:

@@ -3,7 +3,8 @@
 
 Starts a dev server and a worker, runs ``tests.test_replay.record`` and writes the
 conversation's and its turns' histories to ``tests/histories/NAME*.json``; with
-``subagents``, ``tests.test_subagents.record_subagents`` into ``tests/histories/subagents``.
+``subagents``, ``tests.test_subagents.record_subagents`` into ``tests/histories/subagents``
+(``subagents-client``: ``record_subagent_client``, a sub-agent's client tool, there too).
 """
 
 from __future__ import annotations
@@ -25,7 +26,12 @@ from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import temporal_binary
 from tests.support.harness import Harness
 from tests.test_replay import HISTORIES, REPLAY_WORKER, record
-from tests.test_subagents import SUBAGENT_HISTORIES, SUBAGENT_WORKER, record_subagents
+from tests.test_subagents import (
+    SUBAGENT_HISTORIES,
+    SUBAGENT_WORKER,
+    record_subagent_client,
+    record_subagents,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,6 +63,7 @@ def _strip_paths(text: str) -> str:
 RECORDERS = {
     "turns": (record, REPLAY_WORKER, HISTORIES),
     "subagents": (record_subagents, SUBAGENT_WORKER, SUBAGENT_HISTORIES),
+    "subagents-client": (record_subagent_client, SUBAGENT_WORKER, SUBAGENT_HISTORIES),
 }
 
 

@@ -13,21 +13,23 @@ from typing import Any
 from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 
 from durable_turns.client import TurnsClient
-from durable_turns.contract import agent_conversation_id, turn_workflow_id
+from durable_turns.contract import agent_call_id, agent_conversation_id, turn_workflow_id
 from durable_turns.messages import ToolResultPart
 from durable_turns.streams import AGENT_CHUNK, StreamEvent
 from durable_turns.web.protocol import UIMessageStream
 from tests.support.harness import Harness
 from tests.support.hooks import calls, wait_for_hook
 from tests.support.probes import chunk_backend, wait_until
+from tests.support.web import chat_body, post_chat, user_message
 from tests.test_replay import HISTORIES, replayer, settled_history
 
 AGENT_TOOLS = "tests.support.tools,tests.support.agent_tools"
 SUBAGENT_WORKER = {"TURNS_TOOLS": AGENT_TOOLS}
 """The worker that records (and freshly replays) the sub-agent histories."""
 SUBAGENT_HISTORIES = HISTORIES / "subagents"
-"""Recorded by ``python -m tests.record_histories recorded-sa subagents``; replayed with the
-others by ``tests/test_replay.py``."""
+"""Recorded by ``python -m tests.record_histories recorded-sa subagents`` (and
+``recorded-sac subagents-client``: a sub-agent's client tool answered through the parent);
+replayed with the others by ``tests/test_replay.py``."""
 
 PARENT = [
     {"tool_calls": [{"name": "research", "input": {"task": "What is 2 + 3?"}}]},
@@ -266,33 +268,222 @@ async def test_a_parent_recovered_elsewhere_reattaches_to_its_running_child(
     assert offsets[-1] == own[-1].offset
 
 
-async def test_client_tools_inside_a_sub_agent_are_a_typed_error(harness: Harness) -> None:
+ASKER_PARENT = [
+    {"tool_calls": [{"name": "asker", "id": "call_a", "input": {"task": "where?"}}]},
+    {"text": "The asker says: {tool_result}"},
+]
+
+WHERE = [
+    {"tool_calls": [{"name": "where_am_i", "id": "c_where", "input": {}}]},
+    {"text": "You are in {tool_result}."},
+]
+"""The child asks the client where the user is, then answers in the same turn."""
+
+WHERE_ID = agent_call_id("call_a", "c_where")
+
+
+async def waiting(harness: Harness, conversation: str, ids: set[str]) -> list[dict[str, Any]]:
+    """The parent's pending calls, once they are ``ids``."""
+    seen: list[dict[str, Any]] = []
+
+    async def listed() -> bool:
+        seen[:] = await harness.turns.pending_tool_calls(conversation)
+        return {c["tool_call_id"] for c in seen} == ids
+
+    await wait_until(listed, within=60)
+    return seen
+
+
+async def parent_state(harness: Harness, conversation: str, turn: int = 1) -> dict[str, Any]:
+    handle = harness.client.get_workflow_handle(turn_workflow_id(conversation, turn))
+    return dict(await handle.query("state"))
+
+
+async def test_a_sub_agents_client_tool_is_answered_by_the_parents_client(
+    harness: Harness,
+) -> None:
     start(harness)
+    child_script(harness, WHERE, name="asker")
+    conversation = harness.conv("agent-client")
+    url = f"sqlite:///{harness.tmp / 'data' / 'chunks.db'}"
+    turns = TurnsClient(harness.client, harness.task_queue, stream_url=url)
+    started = await turns.start(conversation, "go", model=harness.script(ASKER_PARENT))
+    [call] = await waiting(harness, conversation, {WHERE_ID})
+    assert call == {
+        "tool_call_id": WHERE_ID,
+        "tool_name": "where_am_i",
+        "waiting_for": "client",
+        "agent": "call_a",
+    }
+    # bad answers are noted, typed, and change nothing: an unknown sub-agent, no id at all
+    await turns.submit_tool_results(
+        conversation,
+        [{"tool_call_id": "agent:nope/c_where", "output": "Oslo"}, {"output": "no id"}],
+    )
+
+    async def noted() -> bool:
+        return len((await parent_state(harness, conversation))["rejected_tool_results"]) >= 2
+
+    await wait_until(noted, within=30)
+    rejected = (await parent_state(harness, conversation))["rejected_tool_results"]
+    assert any(r.startswith("UnknownToolCall: ") and "agent:nope/c_where" in r for r in rejected)
+    assert any(r.startswith("malformed tool result") for r in rejected)
+    assert [c["tool_call_id"] for c in await turns.pending_tool_calls(conversation)] == [WHERE_ID]
+    # the real answer, sent to the parent's conversation as for the parent's own client tools
+    await turns.submit_tool_result(conversation, WHERE_ID, "Lisbon")
+    result = await turns.result(conversation, started)
+    assert result.status == "completed", result.error
+    assert result.text == "The asker says: You are in Lisbon."
+    assert not result.auto_continue, "the parent's own turn goes on; nothing to continue"
+    # the child went on in its own turn (no continuation turn of the child)
+    child_id = child_of(conversation, 1, "call_a")
+    [run] = await runs_of(harness, child_id)
+    assert run.status == WorkflowExecutionStatus.COMPLETED
+    assert not await runs_of(harness, turn_workflow_id(child_id.rsplit("/turn-", 1)[0], 2))
+    # a Python reader of the parent's live stream saw the wait, and then its result
+    events = [e async for e in turns.chunks(conversation, started.turn_number)]
+    await turns.aclose()
+    [wait] = [e for e in events if e.type == "tool-wait"]
+    assert wait.data["tool_call_id"] == WHERE_ID and wait.data["waiting_for"] == "client"
+    assert wait.data["tool_name"] == "where_am_i"
+    assert wait.data["agent"]["tool_call_id"] == "call_a"
+    assert wait.data["agent"]["child_tool_call_id"] == "c_where"
+    results = {e.data["tool_call_id"]: e.data for e in events if e.type == "tool-result"}
+    assert results[WHERE_ID]["output"] == "Lisbon"
+    assert results["call_a"]["output"] == "You are in Lisbon."
+    assert list(results) == [WHERE_ID, "call_a"]
+
+
+APPROVALS = [
+    {
+        "tool_calls": [
+            {"name": "wipe_disk", "id": "w_yes", "input": {}},
+            {"name": "wipe_disk", "id": "w_no", "input": {}},
+        ]
+    },
+    {"text": "{tool_results}"},
+]
+
+
+async def test_a_sub_agents_approvals_approved_and_denied(harness: Harness) -> None:
+    start(harness)
+    child_script(harness, APPROVALS, name="asker")
+    conversation = harness.conv("agent-approve")
+    started = await harness.turns.start(conversation, "go", model=harness.script(ASKER_PARENT))
+    yes, no = agent_call_id("call_a", "w_yes"), agent_call_id("call_a", "w_no")
+    calls = await waiting(harness, conversation, {yes, no})
+    assert {c["waiting_for"] for c in calls} == {"approval"}
+    await harness.turns.approve(conversation, yes)
+    await waiting(harness, conversation, {no})  # one answered, one still waits
+    assert harness.tool_runs() == [], "nothing runs before every call of the step is answered"
+    await harness.turns.approve(conversation, no, approved=False, reason="not that one")
+    result = await harness.turns.result(conversation, started)
+    assert result.status == "completed", result.error
+    assert "disk wiped" in result.text
+    assert 'The user denied the call to "wipe_disk": not that one' in result.text
+    assert [r["id"] for r in harness.tool_runs() if r["tool"] == "wipe_disk"] == ["w_yes"]
+    # the child's transcript holds its calls, with the decisions
+    child_conv = agent_conversation_id(conversation, 1, "call_a")
+    outcomes = {
+        p.tool_call_id: p
+        for m in await (await harness.store()).messages(child_conv)
+        for p in m.parts
+        if isinstance(p, ToolResultPart)
+    }
+    assert not outcomes["w_yes"].is_error and outcomes["w_no"].is_error
+
+
+async def test_a_worker_killed_while_the_sub_agent_waits_loses_nothing(harness: Harness) -> None:
+    first = start(harness)
+    child_script(harness, WHERE, name="asker")
+    conversation = harness.conv("agent-client-kill")
+    started = await harness.turns.start(conversation, "go", model=harness.script(ASKER_PARENT))
+    await waiting(harness, conversation, {WHERE_ID})
+    first.kill()  # the only worker: the answer arrives while no worker runs
+    await harness.turns.submit_tool_result(conversation, WHERE_ID, "Faro")
+    start(harness)
+    result = await harness.turns.result(conversation, started)
+    assert result.status == "completed", result.error
+    assert result.text == "The asker says: You are in Faro."
+    [run] = await runs_of(harness, child_of(conversation, 1, "call_a"))
+    assert run.status == WorkflowExecutionStatus.COMPLETED
+
+
+async def test_a_sub_agents_sub_agent_reaches_the_parents_client(harness: Harness) -> None:
+    start(harness)
+    child_script(harness, WHERE, name="asker")
     child_script(
         harness,
         [
-            {
-                "tool_calls": [
-                    {"name": "where_am_i", "input": {}},
-                    {"name": "wipe_disk", "input": {}},
-                ]
-            },
-            {"text": "{tool_results}"},
+            {"tool_calls": [{"name": "asker", "id": "call_i", "input": {"task": "where?"}}]},
+            {"text": "Outer heard: {tool_result}"},
         ],
-        name="asker",
+        name="outer",
     )
     parent = [
-        {"tool_calls": [{"name": "asker", "id": "call_a", "input": {"task": "where?"}}]},
+        {"tool_calls": [{"name": "outer", "id": "call_o", "input": {"task": "ask"}}]},
         {"text": "{tool_result}"},
     ]
-    conversation = harness.conv("agent-client")
-    result = await harness.send(conversation, "go", model=harness.script(parent))
+    conversation = harness.conv("agent-nested")
+    started = await harness.turns.start(conversation, "go", model=harness.script(parent))
+    nested = agent_call_id("call_o", agent_call_id("call_i", "c_where"))
+    [call] = await waiting(harness, conversation, {nested})
+    assert call["tool_name"] == "where_am_i" and call["agent"] == "call_o"
+    await harness.turns.submit_tool_result(conversation, nested, "Braga")
+    result = await harness.turns.result(conversation, started)
     assert result.status == "completed", result.error
-    assert "AgentClientTool: tool 'where_am_i' runs on the client" in result.text
-    assert "AgentClientTool: tool 'wipe_disk' needs the user's approval" in result.text
-    assert not [r for r in harness.tool_runs() if r["tool"] == "wipe_disk"]
-    state = await harness.turns.state(conversation)
-    assert state.running is None  # nothing waits on a client that will never be asked
+    assert result.text == "Outer heard: You are in Braga."
+
+
+async def test_the_front_door_answers_a_sub_agents_client_tool(harness: Harness, door: Any) -> None:
+    start(harness, TURNS_MODEL=harness.script(ASKER_PARENT))
+    child_script(harness, WHERE, name="asker")
+    fd = door()
+    chat = harness.conv("web-agent-client")
+    _, first = await post_chat(fd.url, chat_body(chat, [user_message("where am I?", "m")]))
+    assert first[-2] == {"type": "finish", "finishReason": "tool-calls"}, first[-6:]
+    [announced] = [c for c in first if isinstance(c, dict) and c.get("toolCallId") == WHERE_ID]
+    assert announced == {
+        "type": "tool-input-available",
+        "toolCallId": WHERE_ID,
+        "toolName": "where_am_i",
+        "input": {},
+    }
+    agent_part = {"type": "tool-asker", "toolCallId": "call_a", "state": "output-available",
+                  "input": {"task": "where?"}, "output": {"text": ""}, "preliminary": True}  # fmt: skip
+
+    def answer(call_id: str) -> dict[str, Any]:
+        return {
+            "id": first[0]["messageId"],
+            "role": "assistant",
+            "parts": [
+                {"type": "step-start"},
+                agent_part,
+                {"type": "tool-where_am_i", "toolCallId": call_id, "state": "output-available",
+                 "input": {}, "output": "Porto"},
+            ],
+        }  # fmt: skip
+
+    # a forged id under the running agent call is refused, and changes nothing
+    r, _ = await post_chat(
+        fd.url, chat_body(chat, [user_message("where am I?", "m"), answer("agent:call_a/x")])
+    )
+    assert r.status_code == 400 and r.json()["error"]["type"] == "UnknownToolCall"
+    assert [c["tool_call_id"] for c in await harness.turns.pending_tool_calls(chat)] == [WHERE_ID]
+    r, rest = await post_chat(
+        fd.url, chat_body(chat, [user_message("where am I?", "m"), answer(WHERE_ID)])
+    )
+    assert r.status_code == 200
+    assert rest[0] == {"type": "start", "messageId": first[0]["messageId"]}, "the same message"
+    outputs = [c for c in rest if isinstance(c, dict) and c["type"] == "tool-output-available"]
+    assert {"type": "tool-output-available", "toolCallId": WHERE_ID, "output": "Porto"} in outputs
+    final = [c for c in outputs if c["toolCallId"] == "call_a" and not c.get("preliminary")]
+    assert final == [
+        {"type": "tool-output-available", "toolCallId": "call_a", "output": "You are in Porto."}
+    ]
+    text = "".join(c["delta"] for c in rest if isinstance(c, dict) and c["type"] == "text-delta")
+    assert text == "The asker says: You are in Porto."
+    assert rest[-2:] == [{"type": "finish", "finishReason": "stop"}, "[DONE]"]
 
 
 async def record_subagents(harness: Harness, conversation: str) -> list[WorkflowHistory]:
@@ -309,7 +500,27 @@ async def record_subagents(harness: Harness, conversation: str) -> list[Workflow
     ]
 
 
+async def record_subagent_client(harness: Harness, conversation: str) -> list[WorkflowHistory]:
+    """A conversation whose sub-agent waits for the parent's client (a client tool), answered
+    through the parent's conversation: the conversation's, the parent turn's and the child
+    turn's histories."""
+    child_script(harness, WHERE, name="asker")
+    started = await harness.turns.start(conversation, "go", model=harness.script(ASKER_PARENT))
+    await waiting(harness, conversation, {WHERE_ID})
+    await harness.turns.submit_tool_result(conversation, WHERE_ID, "Lisbon")
+    result = await harness.turns.result(conversation, started)
+    assert result.status == "completed", result.error
+    child = harness.client.get_workflow_handle(child_of(conversation, 1, "call_a"))
+    return [
+        await settled_history(harness, conversation),
+        await harness.client.get_workflow_handle(result.workflow_id).fetch_history(),
+        await child.fetch_history(),
+    ]
+
+
 async def test_fresh_subagent_histories_replay(harness: Harness) -> None:
     harness.start_worker(**SUBAGENT_WORKER)
     for history in await record_subagents(harness, harness.conv("replay-sa")):
+        await replayer().replay_workflow(history)
+    for history in await record_subagent_client(harness, harness.conv("replay-sac")):
         await replayer().replay_workflow(history)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from typing import Any
 
 import httpx
@@ -252,3 +253,52 @@ async def test_regenerate_replaces_the_reply_and_keeps_the_old_one_stored(
     assert [m["id"] for m in listed] == ["u1", again["id"]]
     kept = await (await harness.store()).messages(chat, superseded=True)
     assert first["id"] in [m.id for m in kept], "the old reply stays in the store"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_a_sub_agents_approval_reaches_the_browser(
+    harness: Harness, door: Any, version: int
+) -> None:
+    """A sub-agent's approval (``tests/support/agent_tools.py``'s ``asker``) is a part of
+    the parent's reply, under ``agent:<agent call>/<child call>``, which the browser
+    approves as any other; the reply goes on in the same message."""
+    parent = [
+        {"tool_calls": [{"name": "asker", "id": "call_a", "input": {"task": "wipe?"}}]},
+        {"text": "The asker says: {tool_result}"},
+    ]
+    child = [
+        {"tool_calls": [{"name": "wipe_disk", "id": "w1", "input": {}}]},
+        {"text": "Done: {tool_result}."},
+    ]
+    (harness.tmp / "asker.json").write_text(json.dumps(child))
+    harness.start_worker(
+        TURNS_MODEL=harness.script(parent),
+        TURNS_TOOLS="tests.support.tools,tests.support.agent_tools",
+    )
+    fd = door(**for_version(version))
+    chat = harness.conv(f"ai{version}-agent-approve")
+    user = user_message("wipe it", "u1")
+    first = assert_clean(await send(fd, version, chat, [user]))
+    [tool] = [p for p in first["parts"] if p["type"] == "tool-wipe_disk"]
+    assert tool["toolCallId"] == "agent:call_a/w1"
+    assert tool["state"] == "approval-requested"
+    answered = copy.deepcopy(first)
+    [tool] = [p for p in answered["parts"] if p["type"] == "tool-wipe_disk"]
+    tool["state"] = "approval-responded"
+    tool["approval"] = {"id": tool["approval"]["id"], "approved": True}
+    final = assert_clean(
+        await send(
+            fd, version, chat, [user, answered], messageId=answered["id"], continueFrom=answered
+        )
+    )
+    assert final["id"] == first["id"]
+    [tool] = [p for p in final["parts"] if p["type"] == "tool-wipe_disk"]
+    assert tool["state"] == "output-available" and tool["output"] == "disk wiped"
+    [agent] = [p for p in final["parts"] if p["type"] == "tool-asker"]
+    assert agent["state"] == "output-available" and agent["output"] == "Done: disk wiped."
+    texts = [p["text"] for p in final["parts"] if p["type"] == "text"]
+    assert texts == ["The asker says: Done: disk wiped."]
+    assert [r["id"] for r in harness.tool_runs()] == ["w1"]
+    # the stored reply is the same message without the sub-agent's own call (docs/web.md)
+    own = {**final, "parts": [p for p in final["parts"] if p["type"] != "tool-wipe_disk"]}
+    assert canonical(own) == canonical(await stored_reply(fd.url, chat))

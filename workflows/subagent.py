@@ -14,6 +14,12 @@ replays on another worker (its worker died) waits on the child it started, runni
 and starts no second one. Cancelling the parent turn cancels the child (the wait is
 cancelled with ``TRY_CANCEL``; ``ParentClosePolicy.REQUEST_CANCEL`` as well, should the
 parent end first), and the child ends ``aborted`` with what it had streamed.
+
+A child's call that waits for the client (a client tool, an approval) reaches the parent's
+client: the child's turn tells the parent turn (``agentWait``), which lists it among its own
+pending calls under ``contract.agent_call_id`` (the relay announces it on the parent's
+stream), forwards the answer the parent's conversation hands it to the child (a
+``toolResult`` signal), and goes on waiting on the child, which goes on in the same turn.
 """
 
 from __future__ import annotations
@@ -76,7 +82,7 @@ async def run_agent(
     is cancelled meanwhile (the child is cancelled with it)."""
     call_id, name = outcome.tool_call_id, outcome.tool_name
     conversation = agent_conversation_id(ref.conversation_id, ref.turn_number, call_id)
-    child_id = turn_workflow_id(conversation, 1)
+    child_id = child_turn_id(ref, call_id)
     child = TurnInput(
         conversation_id=conversation,
         turn_number=1,
@@ -138,6 +144,11 @@ async def run_agent(
         except TimeoutError:
             relay.cancel()
     return _resolution(call_id, name, conversation, result)
+
+
+def child_turn_id(ref: TurnRef, call_id: str) -> str:
+    """The workflow id of the sub-agent's turn that the agent call ``call_id`` runs."""
+    return turn_workflow_id(agent_conversation_id(ref.conversation_id, ref.turn_number, call_id), 1)
 
 
 def _resolution(call_id: str, name: str, conversation: str, result: TurnResult) -> ToolResolution:

@@ -24,6 +24,7 @@ from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from durable_turns.contract import (
+        AGENT_CALL_PREFIX,
         BEGIN_TURN,
         COMPACT,
         FAIL_TURN,
@@ -36,10 +37,12 @@ with workflow.unsafe.imports_passed_through():
         QUERY_STATE,
         TOOL_CALL,
         TURN_MODEL,
+        TURN_SIGNAL_AGENT_WAIT,
         TURN_SIGNAL_TOOL_RESULT,
         TURN_STATUS,
         TURN_WORKFLOW,
         UNKNOWN_SIGNAL,
+        UNKNOWN_TOOL_CALL,
         WORKER_CRASH_LOOP,
         BeginTurnInput,
         CompactInput,
@@ -59,8 +62,10 @@ with workflow.unsafe.imports_passed_through():
         TurnRef,
         TurnResult,
         TurnStatus,
+        agent_call_id,
         id_problem,
         metadata_problem,
+        split_agent_call_id,
     )
     from durable_turns.messages import Usage
     from durable_turns.workflows import options, patches, recovery, subagent
@@ -99,6 +104,15 @@ class TurnWorkflow:
         self._stage = "stream"
         """The stage a failure of a local activity (begin, finish) is reported at."""
         self._input: TurnInput | None = None
+        self._agent_runs: dict[str, str] = {}
+        """The running sub-agents' turns (workflow ids), by their agent call's id."""
+        self._agent_waits: dict[str, dict[str, Any]] = {}
+        """Their calls that wait for the client, by the id this turn's client sees
+        (``agent_call_id``): what the sub-agents said (``agentWait``)."""
+        self._forwards: list[tuple[str, dict[str, Any]]] = []
+        """Answers to sub-agents' calls on their way to the sub-agent's turn."""
+        self._forwarder: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Future[None]] = set()
 
     @workflow.query(name=QUERY_STATE)
     def state(self) -> dict[str, object]:
@@ -112,7 +126,8 @@ class TurnWorkflow:
                 {"tool_call_id": o.tool_call_id, "tool_name": o.tool_name, "waiting_for": o.pending}
                 for o in self._pending.values()
                 if o.tool_call_id not in self._resolutions
-            ],
+            ]
+            + list(self._agent_waits.values()),
             "rejected_tool_results": self._rejected[-10:],
         }
 
@@ -132,6 +147,52 @@ class TurnWorkflow:
         except Rejected as e:
             self._rejected.append(f"{e.type}: {e.message}")
             del self._rejected[:-10]
+
+    @workflow.signal(name=TURN_SIGNAL_AGENT_WAIT)
+    def agent_wait(self, raw: RawValue = ABSENT) -> None:
+        """A sub-agent's turn of this turn says which of its calls wait for the client
+        (``{"child": <its workflow id>, "calls": [{"tool_call_id", "tool_name",
+        "waiting_for"}]}``; an empty list: none any more). They are listed as this turn's
+        own, under ``agent_call_id``, until answered or the sub-agent ends."""
+        try:
+            value = decode(raw, MAX_TOOL_RESULT_BYTES, "agent wait")
+            child = value["child"]
+            calls = [c for c in value["calls"] if isinstance(c, dict)]
+        except (Rejected, KeyError, TypeError) as e:
+            self._rejected.append(f"malformed agent wait: {e}")
+            del self._rejected[:-10]
+            return
+        agent = next((a for a, c in self._agent_runs.items() if c == child), None)
+        if agent is None:
+            return  # a sub-agent that ended meanwhile
+        for key in [k for k, w in self._agent_waits.items() if w["agent"] == agent]:
+            del self._agent_waits[key]
+        for call in calls:
+            shown = agent_call_id(agent, str(call.get("tool_call_id")))
+            self._agent_waits[shown] = {
+                "tool_call_id": shown,
+                "tool_name": call.get("tool_name"),
+                "waiting_for": call.get("waiting_for"),
+                "agent": agent,
+            }
+        if self._input is not None and self._input.agent:  # a sub-agent's sub-agent: pass
+            self._background(self._tell_parent(self._waits()))  # it on up
+
+    def _waits(self) -> list[dict[str, Any]]:
+        """What this turn waits for the client on: its own calls, then its sub-agents'."""
+        own = [
+            {"tool_call_id": o.tool_call_id, "tool_name": o.tool_name, "waiting_for": o.pending}
+            for o in self._pending.values()
+            if o.tool_call_id not in self._resolutions
+        ]
+        keys = ("tool_call_id", "tool_name", "waiting_for")
+        return own + [{k: w[k] for k in keys} for w in self._agent_waits.values()]
+
+    def _background(self, work: Awaitable[None]) -> None:
+        """A signal's follow-up (a handler cannot await), kept until it is done."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     @workflow.signal(dynamic=True)
     def any_signal(self, name: str, args: Sequence[RawValue]) -> None:
@@ -159,6 +220,9 @@ class TurnWorkflow:
                 self._rejected.append(f"malformed tool result: {e.errors()[0]['msg']}")
                 continue
             call_id = resolution.tool_call_id
+            if call_id.startswith(AGENT_CALL_PREFIX) and workflow.patched(PATCH_AGENT_CLIENT):
+                self._forward(resolution)
+                continue
             if call_id in self._resolutions:
                 continue
             size = len(to_json(resolution))
@@ -176,6 +240,52 @@ class TurnWorkflow:
             self._resolutions[call_id] = resolution
             self._sizes[call_id] = size
         del self._rejected[:-10]
+
+    def _forward(self, resolution: ToolResolution) -> None:
+        """An answer to a sub-agent's call: to that sub-agent's turn, under the call's own
+        id (a signal, a command of this turn's history: a worker that dies loses nothing).
+        One no running sub-agent of this turn has is noted as ``UnknownToolCall``."""
+        split = split_agent_call_id(resolution.tool_call_id, self._agent_runs)
+        if split is None:
+            shown = resolution.tool_call_id[:200]
+            self._rejected.append(
+                f"{UNKNOWN_TOOL_CALL}: no sub-agent of this turn runs the call {shown!r}"
+            )
+            return
+        agent, child_call = split
+        self._agent_waits.pop(resolution.tool_call_id, None)
+        if self._input is not None and self._input.agent:
+            self._background(self._tell_parent(self._waits()))
+        answer = resolution.model_dump(mode="json", exclude_defaults=True)
+        answer["tool_call_id"] = child_call
+        self._forwards.append((self._agent_runs[agent], answer))
+        if self._forwarder is None:
+            self._forwarder = asyncio.ensure_future(self._forward_all())
+
+    async def _forward_all(self) -> None:
+        try:
+            while self._forwards:
+                child, answer = self._forwards.pop(0)
+                try:
+                    handle = workflow.get_external_workflow_handle(child)
+                    await handle.signal(TURN_SIGNAL_TOOL_RESULT, answer)
+                except Exception as err:  # the sub-agent ended meanwhile: nothing waits
+                    workflow.logger.info("answer not forwarded to %s: %s", child, err)
+        finally:
+            self._forwarder = None
+
+    async def _tell_parent(self, calls: list[dict[str, Any]]) -> None:
+        """A sub-agent's turn: tell the parent turn which calls wait for its client (the
+        parent lists and forwards them), its sub-agents' too; an empty list: none."""
+        parent = workflow.info().parent
+        if parent is None or not workflow.patched(PATCH_AGENT_CLIENT):
+            return
+        try:
+            await workflow.get_external_workflow_handle(parent.workflow_id).signal(
+                TURN_SIGNAL_AGENT_WAIT, {"child": workflow.info().workflow_id, "calls": calls}
+            )
+        except Exception as err:  # the parent ended: it cancels this turn too
+            workflow.logger.info("parent not told of the wait: %s", err)
 
     def _refused(self, inp: TurnInput, error_type: str, message: str) -> TurnResult:
         """The result of a turn that will not run at all (its input breaks the rules)."""
@@ -323,8 +433,12 @@ class TurnWorkflow:
                 return steps, last.error or "context overflow"
             if not last.tool_calls:
                 break
-            if await self._tool_calls(ref, plan, last):
-                self._awaited_client = True  # the results arrived: continue in a new turn
+            # the client's answers arrived: continue in a new turn (a sub-agent has no
+            # conversation to run one, so it goes on here)
+            if await self._tool_calls(ref, plan, last) and not (
+                ref.agent and workflow.patched(PATCH_AGENT_CLIENT)
+            ):
+                self._awaited_client = True
                 break
             if _should_stop(plan.stop_when, last, steps):
                 break
@@ -470,9 +584,22 @@ class TurnWorkflow:
             self._status = f"sub-agent {agents[0].tool_name}"
         else:
             self._status = f"{len(agents)} sub-agents"
-        answers = await asyncio.gather(
-            *(subagent.run_agent(ref, plan, step, o, inp.body, inp.metadata) for o in agents)
-        )
+        for o in agents:  # answers to their calls that wait for the client go to them
+            self._agent_runs[o.tool_call_id] = subagent.child_turn_id(ref, o.tool_call_id)
+        waited = len(self._agent_waits)
+        try:
+            answers = await asyncio.gather(
+                *(subagent.run_agent(ref, plan, step, o, inp.body, inp.metadata) for o in agents)
+            )
+        finally:
+            for o in agents:
+                self._agent_runs.pop(o.tool_call_id, None)
+            for key in [
+                k for k, w in self._agent_waits.items() if w["agent"] not in self._agent_runs
+            ]:
+                del self._agent_waits[key]
+        if inp.agent and waited and not self._agent_waits:  # its sub-agents' waits are gone
+            await self._tell_parent(self._waits())
         for answer in answers:
             self._resolutions[answer.tool_call_id] = answer
             self._sizes[answer.tool_call_id] = len(to_json(answer))
@@ -538,6 +665,9 @@ class TurnWorkflow:
             + ", ".join(f"`{o.tool_name}` ({o.pending})" for o in pending)
         )
         ids = [o.tool_call_id for o in pending]
+        agent = bool(self._input and self._input.agent)
+        if agent:  # a sub-agent's turn: its parent's client answers, through the parent
+            await self._tell_parent(self._waits())
         try:
             await workflow.wait_condition(
                 lambda: all(i in self._resolutions for i in ids),
@@ -556,6 +686,8 @@ class TurnWorkflow:
                         reason=f"no answer within {plan.client_tool_timeout_s:g}s",
                     ),
                 )
+        if agent:  # the wait is over: the parent lists none of these any more
+            await self._tell_parent(self._waits())
 
     async def _finish(
         self,
@@ -629,6 +761,11 @@ runs recorded before read each in its handler."""
 PATCH_ANSWERS_IN_BATCHES = "turn-client-answers-in-batches"
 """Client answers go to their activities in bounded batches, and results held for calls the turn
 is not waiting on are bounded; runs recorded before did neither."""
+
+PATCH_AGENT_CLIENT = "subagent-client-tools"
+"""A sub-agent's client tools and approvals reach the parent's client: the sub-agent's turn
+tells its parent what waits and goes on in the same turn once answered; the parent forwards
+the answers. Runs recorded before never had a sub-agent wait (its activity refused)."""
 
 TOOL_TIMEOUT_MARGIN_S = 30.0
 """Beyond a tool's own time limit: the activity's bookkeeping around the run."""

@@ -268,6 +268,11 @@ class FrontDoor:
         chain = await self.read_chain(conv, head)
         waits = {e.data.get("tool_call_id"): (t, e) for t, e in chain if e.type == TOOL_WAIT}
         answered = {e.data.get("tool_call_id") for _, e in chain if e.type == TOOL_RESULT}
+        agents = {  # agent calls whose sub-agent waited: their part holds preliminary output
+            str(e.data["agent"].get("tool_call_id"))
+            for _, e in chain
+            if e.type == TOOL_WAIT and isinstance(e.data.get("agent"), dict)
+        }
         resolutions: list[dict[str, Any]] = []
         resume_after: tuple[int, int] | None = None
         for part in last.parts:
@@ -281,8 +286,8 @@ class FrontDoor:
             ):
                 continue
             if call_id not in waits:
-                if call_id in answered:
-                    continue  # a server tool's result, as the server sent it
+                if call_id in answered or call_id in agents:
+                    continue  # a server tool's result, or a sub-agent's output so far
                 raise BadRequest(
                     400, "UnknownToolCall", f"no turn of this reply waits on tool call {call_id!r}"
                 )

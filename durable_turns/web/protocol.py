@@ -315,6 +315,18 @@ class UIMessageStream:
             return []  # a retried activity announced it again, or it was answered already
         self.waiting[call_id] = data
         out: list[dict[str, Any]] = []
+        if isinstance(data.get("agent"), dict):
+            # a sub-agent's call (``agent:<agent call>/<its call>``): the model's stream never
+            # announced it, so its part starts here, as a call of the parent's step would
+            out += self._close_parts()
+            out.append(
+                {
+                    "type": "tool-input-available",
+                    "toolCallId": call_id,
+                    "toolName": data.get("tool_name", ""),
+                    "input": data.get("input"),
+                }
+            )
         if data.get("waiting_for") == "approval":
             out.append(
                 {"type": "tool-approval-request", "approvalId": call_id, "toolCallId": call_id}
@@ -326,7 +338,12 @@ class UIMessageStream:
         be answered already, see :attr:`answered_later`): the turn now waits for the client,
         and the reply's response ends here. Asked right after a ``tool-wait``."""
         pending = self._step_calls - self._answered - self.answered_later
-        return bool(pending) and pending <= set(self.waiting)
+        waiting = set(self.waiting) | {
+            str(w["agent"].get("tool_call_id"))  # an agent call whose sub-agent waits
+            for w in self.waiting.values()
+            if isinstance(w.get("agent"), dict)
+        }
+        return bool(pending) and pending <= waiting
 
     def end_waiting(self) -> list[dict[str, Any]]:
         """Close the response at a wait: the step ends, the reply pauses for the client."""

@@ -1,7 +1,7 @@
 """Agent tools for the sub-agent tests (``TURNS_TOOLS=tests.support.tools,tests.support.agent_tools``).
 
 Each sub-agent plays a demo script the test writes into the workers' ``TURNS_DEMO_DIR``
-(``research.json``, ``asker.json``) and records its hooks in ``TEST_HOOK_LOG`` under its own
+(``research.json``, ``asker.json``, ``outer.json``) and records its hooks in ``TEST_HOOK_LOG`` under its own
 names, so a test tells the child's hooks from the worker's.
 """
 
@@ -46,4 +46,12 @@ asker = agent_tool(
     model="demo:asker.json",
     tools=["where_am_i", "wipe_disk"],
     system="You are the asker sub-agent.",
+)
+
+outer = agent_tool(
+    "outer",
+    description="A sub-agent that asks the asker sub-agent.",
+    model="demo:outer.json",
+    tools=["asker"],
+    system="You are the outer sub-agent.",
 )
