@@ -42,6 +42,7 @@ APPLIED = frozenset(
         "intake-rounds-of-256k",
         "local-begin-finish",
         "local-open-conversation",
+        "subagent-client-tools",
         "turn-client-answers-in-batches",
         "turn-tool-results-through-inbox",
     }

@@ -220,7 +220,7 @@ class TurnWorkflow:
                 self._rejected.append(f"malformed tool result: {e.errors()[0]['msg']}")
                 continue
             call_id = resolution.tool_call_id
-            if call_id.startswith(AGENT_CALL_PREFIX) and workflow.patched(PATCH_AGENT_CLIENT):
+            if call_id.startswith(AGENT_CALL_PREFIX) and patches.patched(PATCH_AGENT_CLIENT):
                 self._forward(resolution)
                 continue
             if call_id in self._resolutions:
@@ -278,7 +278,7 @@ class TurnWorkflow:
         """A sub-agent's turn: tell the parent turn which calls wait for its client (the
         parent lists and forwards them), its sub-agents' too; an empty list: none."""
         parent = workflow.info().parent
-        if parent is None or not workflow.patched(PATCH_AGENT_CLIENT):
+        if parent is None or not patches.patched(PATCH_AGENT_CLIENT):
             return
         try:
             await workflow.get_external_workflow_handle(parent.workflow_id).signal(
@@ -436,7 +436,7 @@ class TurnWorkflow:
             # the client's answers arrived: continue in a new turn (a sub-agent has no
             # conversation to run one, so it goes on here)
             if await self._tool_calls(ref, plan, last) and not (
-                ref.agent and workflow.patched(PATCH_AGENT_CLIENT)
+                ref.agent and patches.patched(PATCH_AGENT_CLIENT)
             ):
                 self._awaited_client = True
                 break
