@@ -414,7 +414,13 @@ class TurnsClient:
     async def _started(self, conversation_id: str, request_id: str, poll_s: float) -> RequestRecord:
         """A request's record once it has a turn, or once it ended without one."""
         while True:
-            state = await self.state(conversation_id)
+            try:
+                state = await self.state(conversation_id)
+            except RPCError as e:  # a query needs a worker: none answered in time (one died)
+                if e.status not in QUERY_RETRIED:
+                    raise
+                await asyncio.sleep(poll_s)
+                continue
             records = [*state.recent, *([state.running] if state.running else [])]
             record = next((r for r in records if r.request_id == request_id), None)
             if record is not None and (record.turn_number is not None or record.status in FINAL):
@@ -458,6 +464,13 @@ class TurnsClient:
             start_signal_args=[arg],
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
+
+
+QUERY_RETRIED = frozenset(
+    {RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED}
+)
+"""A polled query is asked again after these: the conversation's worker died or the server was
+out of reach; the conversation itself is fine, and a new worker answers."""
 
 
 def _settle(op: WithStartWorkflowOperation[Any, Any]) -> None:

@@ -81,3 +81,19 @@ async def test_a_killed_worker_is_replaced_within_the_default_heartbeat_timeout(
     assert await activity_attempts(harness, result.workflow_id, "model_step") == [1, 2]
     # heartbeat timeout 30 s, then ~3 s of streaming again; well under a minute
     assert recovered_s < 30 + 15, f"the turn finished {recovered_s:.1f}s after the kill"
+
+
+async def test_a_client_waiting_through_a_deploy_with_no_worker_gets_its_result(
+    harness: Harness,
+) -> None:
+    """``wait`` polls the conversation with a query, which needs a worker: with none running for
+    longer than the server holds a query (30 s, then ``CANCELLED``), it asks again, and the
+    first worker to start answers it."""
+    conversation = harness.conv("deploy-no-worker")
+    request = await harness.turns.submit(conversation, "anyone?", model="demo:echo")
+    waiting = asyncio.create_task(harness.turns.wait(conversation, request, poll_s=0.5))
+    await asyncio.sleep(32)  # past the server's hold on the first query
+    assert not waiting.done(), waiting
+    harness.start_worker()
+    result = await asyncio.wait_for(waiting, 60)
+    assert result.status == "completed" and result.text, result
