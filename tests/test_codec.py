@@ -178,6 +178,7 @@ async def test_unencrypted_payloads_pass_through_decode() -> None:
         ("bad id:" + K1, "bad encryption key id"),
         (f"k1:{K1},k1:{K2}", "appears twice"),
     ],
+    ids=["empty", "blank", "no-colon", "no-key", "no-id", "not-base64", "short", "bad-id", "twice"],
 )
 def test_bad_key_configuration(spec: str, message: str) -> None:
     with pytest.raises(KeyConfigError, match=message) as info:
