@@ -733,7 +733,7 @@ async def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any], dict
     table, rows = growth(runs)
     meta = run_meta(
         "quick" if args.quick else "full",
-        "python -m bench.scale " + " ".join(sys.argv[1:]),
+        " ".join(["python -m bench.scale", *sys.argv[1:]]),
         load_start,
         server,
     )
