@@ -67,6 +67,12 @@ class Reply:
     drop_after_events: int | None = None
     """Send this many SSE events, then close the connection mid-body."""
     event_delay_s: float = 0.0
+    first_token_s: float = 0.0
+    """Pace: the first token event (a text or argument delta) is sent this long after the
+    response's head, token ``k`` at ``first_token_s + k / tokens_per_s``. The times are
+    from the head, not from the event before, so a busy loop does not drift the pace."""
+    tokens_per_s: float = 0.0
+    """Pace: token events per second after the first (0: as fast as the socket takes them)."""
 
     def content(self) -> str:
         if self.body is not None:
@@ -271,7 +277,14 @@ class LLMServer:
         }
         _write_head(writer, status, headers, None)
         events = [e for e in reply.content().split("\n\n") if e.strip()]
+        head_at, tokens = asyncio.get_running_loop().time(), 0
         for index, event in enumerate(events):
+            if (reply.first_token_s or reply.tokens_per_s) and _is_token(event):
+                due = head_at + reply.first_token_s
+                due += tokens / reply.tokens_per_s if reply.tokens_per_s else 0.0
+                tokens += 1
+                await writer.drain()
+                await asyncio.sleep(max(0.0, due - asyncio.get_running_loop().time()))
             if index == reply.stall_after_events:
                 await writer.drain()
                 with contextlib.suppress(TimeoutError):
@@ -289,6 +302,15 @@ class LLMServer:
                 await asyncio.sleep(reply.event_delay_s)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
+
+
+def _is_token(event: str) -> bool:
+    """An SSE event that carries a token: Anthropic's ``content_block_delta``, OpenAI's
+    chat chunks with content or tool-call deltas, a Responses ``….delta`` event."""
+    return any(
+        marker in event
+        for marker in ('"content_block_delta"', '"delta":{"content"', '"tool_calls"', '.delta"')
+    )
 
 
 def _write_head(
