@@ -539,6 +539,20 @@ async def test_sqlite_trim_drops_only_idle_streams(tmp_path: Path) -> None:
         assert len(await backend.read("new")) == 1
 
 
+async def test_redis_follows_more_streams_than_redis_pys_default_pool() -> None:
+    """One follower per stream holds a connection for its blocking XREAD: 300 streams followed
+    at once by one process all end (redis-py's default pool of 100 failed the 101st)."""
+    async for prefix in _redis_prefix():
+        async with open_stream_backend(f"{REDIS_URL}?prefix={prefix}&block_ms=2000") as backend:
+            sids = [_sid() for _ in range(300)]
+            readers = [asyncio.create_task(_collect(backend.follow(sid))) for sid in sids]
+            await asyncio.sleep(0.5)  # every reader parked in its XREAD
+            for sid in sids:
+                await _publish_turn(backend, sid, 2)
+            done = await asyncio.wait_for(asyncio.gather(*readers), WAIT)
+            assert all(events[-1].type == TURN_FINISH for events in done)
+
+
 def test_open_stream_backend_urls() -> None:
     for off in ("", None, "none", " NONE "):
         assert open_stream_backend(off) is None

@@ -111,6 +111,14 @@ RETRIES = 2
 """redis-py's own retries of a command whose connection failed or timed out (then the
 caller's: the publisher retries its appends, a follower its reads)."""
 
+MAX_CONNECTIONS = 8192
+"""The pool's bound on one process's connections to Redis (``max_connections=`` in the URL
+overrides it). A follower holds one for its blocking ``XREAD``, so a process follows at most
+this many streams at once (a front door: up to ``TURNS_HTTP_MAX_STREAMS``, 4,096, each read
+once however many clients watch it); redis-py's own default, 100, made the 101st stream's
+reads fail with ``MaxConnectionsError`` and retry. Connections are opened when needed; the
+Redis server's own bound is its ``maxclients`` (10,000 by default)."""
+
 PAGE = 256
 """Batches per XRANGE/XREAD round trip."""
 
@@ -170,6 +178,7 @@ class RedisStreamBackend(ChunkStreamBackend):
             socket_timeout=SOCKET_TIMEOUT_S + self.block_ms / 1000,
             socket_connect_timeout=SOCKET_TIMEOUT_S,
             socket_keepalive=True,
+            max_connections=MAX_CONNECTIONS,
             health_check_interval=HEALTH_CHECK_S,
             retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), RETRIES),
             retry_on_error=[RedisConnectionError, RedisTimeoutError],
