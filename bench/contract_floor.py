@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -142,6 +143,25 @@ async def shape(client: Client, system: System, turn_number: int) -> dict[str, A
     return out
 
 
+def command(engines: list[tuple[str, Path, dict[str, str]]]) -> str:
+    """The command line as run, each ``--engine-root`` checkout named by its commit rather
+    than by where it lies on this machine."""
+    words = []
+    for word in sys.argv[1:]:
+        for name, root, _ in engines:
+            if word == f"{name}={root}" or (word.startswith(f"{name}=") and root != ROOT):
+                commit = subprocess.run(
+                    ["git", "rev-parse", "--short", "HEAD"],
+                    cwd=root,
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                ).stdout.strip()
+                word = f"{name}=<a checkout of {commit or 'an unknown commit'}>"
+        words.append(word)
+    return " ".join(["python -m bench.contract_floor", *words])
+
+
 def engines_of(args: argparse.Namespace) -> list[tuple[str, Path, dict[str, str]]]:
     """(name, checkout, environment) of each engine worker ``--engine``/``--engine-root`` ask
     for; one of this checkout, as configured by default, when neither does."""
@@ -205,7 +225,7 @@ async def run(args: argparse.Namespace) -> int:
                     s.worker.stop()
             meta = run_meta(
                 "focused",
-                " ".join(["python -m bench.contract_floor", *sys.argv[1:]]),
+                command(engines),
                 load_start,
                 server,
             )
