@@ -13,8 +13,12 @@ scripted turn), each a worker process of its own against one dev server, all in 
 * Latency: ``--rounds`` rounds after the warm-up, one next turn of every system per round,
   the order rotating; the median of each system, and the median of its per-round ratios to
   the floor (paired: a noisy moment falls on both turns of a round).
-* Worker CPU: ``--cpu-rounds`` rounds of ``--cpu-turns`` sequential next turns per system,
-  alternating; utime + stime of the system's worker process from just before a batch to
+* Conversations: each system's next turns go to one conversation for ``--per-conversation``
+  timed turns (20), then to a fresh one warmed by an untimed turn (section 6's takes about
+  50): the engine reads the transcript on every turn and the floor keeps none, so hundreds
+  of turns in one conversation would measure the transcript's length, not the turn.
+* Worker CPU: ``--cpu-rounds`` rounds of ``--cpu-turns`` sequential next turns per system
+  (each batch on a fresh conversation, warmed first), alternating; utime + stime of the system's worker process from just before a batch to
   0.1 s after it, ÷ turns (``/proc/<pid>/stat``, 10 ms ticks: 20 turns resolve 0.5 ms).
 * What a turn costs the server and the worker, from the histories of one turn of each system
   (the conversation's and the turn's): workflow tasks, the time the worker held them
@@ -75,6 +79,8 @@ class System:
     queue: str
     engine: bool
     conversation: str
+    turns: int = 0
+    """Turns the current conversation has had."""
     latency: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     """CPU seconds per turn, one figure per batch."""
@@ -93,14 +99,27 @@ def _engine(address: str, tmp: Path, name: str, root: Path, env: dict[str, str])
     return System(name, worker, queue, True, f"cf-{name}-{uuid.uuid4().hex[:8]}")
 
 
-async def turn(client: Client, system: System, model: str) -> float:
+async def turn(client: Client, system: System, model: str, per_conversation: int) -> float:
+    """One next turn, timed; past ``per_conversation`` turns, on a fresh conversation first
+    warmed by an untimed turn (the engine reads its transcript on every turn, the floor has
+    none: a conversation of hundreds of turns would measure the transcript's length)."""
+    if system.turns >= per_conversation:
+        system.conversation = f"cf-{system.name}-{uuid.uuid4().hex[:8]}"
+        system.turns = 0
+    if system.turns == 0:
+        await _send(client, system, model)
     started = time.perf_counter()
+    await _send(client, system, model)
+    return time.perf_counter() - started
+
+
+async def _send(client: Client, system: System, model: str) -> None:
+    system.turns += 1
     if system.engine:
         await engine_send(client, system.queue, system.conversation, model)
     else:
         request = uuid.uuid4().hex
         await floor.send(client, system.queue, system.conversation, request, 1, opened=False)
-    return time.perf_counter() - started
 
 
 async def shape(client: Client, system: System, turn_number: int) -> dict[str, Any]:
@@ -120,7 +139,7 @@ async def shape(client: Client, system: System, turn_number: int) -> dict[str, A
     ]
     start = max(0, accepted[-1] - 3) if accepted else 0  # its workflow task's three events
     for part, evs in (("conversation", events[start:]), ("turn", list(child.events))):
-        tasks, held, markers, upserts = 0, 0.0, 0, 0
+        tasks, held, markers, upserts, activities = 0, 0.0, 0, 0, 0
         started_at: float | None = None
         for e in evs:
             t = e.event_time.ToNanoseconds() / 1e9
@@ -133,10 +152,13 @@ async def shape(client: Client, system: System, turn_number: int) -> dict[str, A
                 markers += e.marker_recorded_event_attributes.marker_name == "core_local_activity"
             elif e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
                 upserts += 1
+            elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                activities += 1
         out[part] = {
             "workflow_tasks": tasks,
             "worker_held_s": held,
             "local_activities": markers,
+            "activities": activities,
             "upserts": upserts,
             "events": len(evs),
         }
@@ -200,26 +222,27 @@ async def run(args: argparse.Namespace) -> int:
             try:
                 for _ in range(args.warmup):
                     for s in systems:
-                        await turn(client, s, model)
+                        await turn(client, s, model, args.per_conversation)
                 pairs: dict[str, list[float]] = {s.name: [] for s in systems[1:]}
                 for i in range(args.rounds):
                     k = i % len(systems)
                     took = {}
                     for s in systems[k:] + systems[:k]:
-                        took[s.name] = await turn(client, s, model)
+                        took[s.name] = await turn(client, s, model, args.per_conversation)
                         s.latency.append(took[s.name])
                     for s in systems[1:]:
                         pairs[s.name].append(took[s.name] / took["contract-floor"])
                 for r in range(args.cpu_rounds):
                     k = r % len(systems)
                     for s in systems[k:] + systems[:k]:
+                        s.turns = args.per_conversation  # a fresh conversation, warmed
+                        await turn(client, s, model, args.per_conversation)
                         before = cpu_seconds(s.worker.pid)
                         for _ in range(args.cpu_turns):
-                            await turn(client, s, model)
+                            await _send(client, s, model)
                         await asyncio.sleep(0.1)
                         s.cpu.append((cpu_seconds(s.worker.pid) - before) / args.cpu_turns)
-                turns = args.warmup + args.rounds + args.cpu_rounds * args.cpu_turns
-                shapes = {s.name: await shape(client, s, turns) for s in systems}
+                shapes = {s.name: await shape(client, s, s.turns) for s in systems}
             finally:
                 for s in systems:
                     s.worker.stop()
@@ -298,10 +321,13 @@ def report(
                 "shape",
                 f"{s.name}: what one next turn costs",
                 f"{c['workflow_tasks'] + t['workflow_tasks']} workflow tasks",
-                f"conversation {c['workflow_tasks']} ({ms(c['worker_held_s'])} held by the"
-                f" worker), turn {t['workflow_tasks']} ({ms(t['worker_held_s'])}); local"
-                f" activities {c['local_activities'] + t['local_activities']}; upserts"
-                f" {c['upserts'] + t['upserts']}; events {c['events'] + t['events']}",
+                f"conversation {c['workflow_tasks']}, turn {t['workflow_tasks']}; local"
+                f" activities {c['local_activities'] + t['local_activities']}; activities"
+                f" {c['activities'] + t['activities']};"
+                f" search-attribute upserts {c['upserts'] + t['upserts']}; history events"
+                f" {c['events'] + t['events']}",
+                note="the histories of the last turn (how long the worker held each task is"
+                " in the .json: one turn's figure, noisy)",
             )
         )
     raw = {
@@ -320,6 +346,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--cpu-rounds", type=int, default=6)
     p.add_argument("--cpu-turns", type=int, default=20)
+    p.add_argument(
+        "--per-conversation",
+        type=int,
+        default=20,
+        help="timed turns per conversation before a fresh one (warmed by an untimed turn)",
+    )
     p.add_argument("--engine", action="append", help="NAME[:KEY=VALUE,...] (repeatable)")
     p.add_argument("--engine-root", action="append", help="NAME=DIR: a checkout (repeatable)")
     p.add_argument("--tmp", default="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
