@@ -226,6 +226,9 @@ class _Plain(WorkflowInstance):
         thread: int | None = self._inner.get_thread_id()
         return thread
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
 
 class LeanUnsandboxedWorkflowRunner(UnsandboxedWorkflowRunner):
     """The engine's own workflows outside the sandbox, with the lean runner's guards.
