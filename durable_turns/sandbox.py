@@ -4,8 +4,8 @@ The engine's workflows (``ConversationWorkflow``, ``TurnWorkflow``) are its own 
 code (hooks, tools, transforms) runs in activities, never in a workflow. By default
 (``TURNS_WORKFLOW_SANDBOX=off``) they run as plain code, :class:`LeanUnsandboxedWorkflowRunner`:
 no re-import of the workflow module for every run and no ``exec`` per activation, which is
-most of what the sandbox costs a turn (measured by ``python -m bench.contract_floor``: about
-5 ms of worker CPU on a 1-step next turn, ~15% of it). Their determinism is checked where it
+most of what the sandbox costs a turn (measured by ``python -m bench.contract_floor``: 1.4
+to 5.4 ms of worker CPU on a 1-step next turn, up to a fifth of it). Their determinism is checked where it
 matters for turns in flight: every recorded history replays under both runners
 (``tests/test_replay.py``), and a worker with ``TURNS_WORKFLOW_SANDBOX=on`` runs them in the
 sandbox, whose restrictions catch a non-deterministic call as it runs.
