@@ -145,7 +145,8 @@ CPU_NOTE = (
     " `python -m bench.peer_worker` (the peer's temporalio worker with its plugin: the workflow"
     " running the agent, the model activity with the scripted model, the tool activity)."
     " durable-turns:"
-    " `python worker.py` (conversation and turn workflows in the sandbox, the begin/model/tool/"
+    " `python worker.py` (conversation and turn workflows, plain unless TURNS_WORKFLOW_SANDBOX=on;"
+    " the begin/model/tool/"
     "finish activities, the SQLite transcript store, the live chunk stream); its four rows"
     " share one worker process, measured in separate batches"
 )

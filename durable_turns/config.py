@@ -67,6 +67,18 @@ def mask_url(url: str | None) -> str:
     return masked
 
 
+def _on_off(name: str, default: bool) -> bool:
+    """An ``on``/``off`` setting (also 1/0, true/false, yes/no); anything else is an error."""
+    value = (_env(name) or "").strip().lower()
+    if not value:
+        return default
+    if value in ("on", "1", "true", "yes"):
+        return True
+    if value in ("off", "0", "false", "no"):
+        return False
+    raise ValueError(f"{name} must be on or off, not {value!r}")
+
+
 def _split(value: str | None) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()] if value else []
 
@@ -161,6 +173,12 @@ class Settings:
     slow_activation_ms: int = 500
     """TURNS_SLOW_ACTIVATION_MS: a workflow activation that runs longer is logged (a warning
     with the workflow and its jobs): Temporal fails a task whose activation passes 2 s."""
+    workflow_sandbox: bool = False
+    """TURNS_WORKFLOW_SANDBOX: ``off`` (the default) runs the engine's own workflows as plain
+    code, ``on`` in temporalio's sandbox (its restrictions catch a non-deterministic call in
+    workflow code as it runs, at a cost per turn: the workflow module re-imported for every
+    run, an ``exec`` per activation). No user code runs in a workflow either way, and the
+    recorded histories replay under both (docs/operations.md#the-workflow-sandbox)."""
     message_concurrency: str | None = None
     """TURNS_MESSAGE_CONCURRENCY: the default, for conversations this worker opens, of what a
     message does that arrives while a turn runs or waits: ``queue`` (unset), ``latest``,
@@ -210,6 +228,7 @@ class Settings:
             ),
             slow_activation_ms=int(_env("TURNS_SLOW_ACTIVATION_MS", "500") or 0),
             user_loops=int(_env("TURNS_USER_LOOPS", "32") or 0),
+            workflow_sandbox=_on_off("TURNS_WORKFLOW_SANDBOX", False),
             message_concurrency=_env("TURNS_MESSAGE_CONCURRENCY") or None,
             debounce_ms=int(ms) if (ms := _env("TURNS_DEBOUNCE_MS")) else None,
         )

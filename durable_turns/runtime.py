@@ -35,6 +35,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from durable_turns import payload_visits
 from durable_turns.activities import ActivityDeps, all_activities, isolation
 from durable_turns.activities.heartbeats import worker_options
 from durable_turns.activities.lifecycle import call_hook
@@ -47,7 +48,7 @@ from durable_turns.mcp import McpPool, McpServerConfig
 from durable_turns.mcp import servers_from as mcp_servers
 from durable_turns.models import ModelRegistry
 from durable_turns.models.secrets import redact_logs
-from durable_turns.sandbox import sandbox_runner
+from durable_turns.sandbox import workflow_runner
 from durable_turns.store import TranscriptStore, open_store
 from durable_turns.streams import open_stream_backend
 from durable_turns.tools import ToolRegistry
@@ -319,6 +320,7 @@ async def running_worker(
 ) -> AsyncIterator[Worker]:
     """A started worker for ``settings.task_queue`` (the store is opened and closed here)."""
     isolation.configure(settings.user_loops)
+    payload_visits.install()  # no walks of a task's payloads that would change none
     hooks = hooks or load_hooks(settings.hooks)
     session = await call_hook(hooks.configure_session(Session()))
     load_user_transforms(settings.transforms)
@@ -336,10 +338,11 @@ async def running_worker(
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
         activities=all_activities(deps),
-        workflow_runner=sandbox_runner(
+        workflow_runner=workflow_runner(
             (w.__module__ for w in WORKFLOWS),
             await blob_size_limit(client, settings.namespace),
             slow_activation_s=settings.slow_activation_ms / 1000,
+            sandboxed=settings.workflow_sandbox,
         ),
         max_concurrent_activities=200,
         # A killed worker's cached workflows wait this long on its sticky queue before

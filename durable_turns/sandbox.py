@@ -1,7 +1,17 @@
-"""The workflow sandbox the worker runs its workflows in, made cheap per payload and per run.
+"""How the worker runs its workflows: plain, or in temporalio's sandbox made cheap.
 
-Every workflow runs in temporalio's sandbox (its restrictions guard determinism); what follows
-keeps what the sandbox costs per turn small without loosening it:
+The engine's workflows (``ConversationWorkflow``, ``TurnWorkflow``) are its own code: user
+code (hooks, tools, transforms) runs in activities, never in a workflow. By default
+(``TURNS_WORKFLOW_SANDBOX=off``) they run as plain code, :class:`LeanUnsandboxedWorkflowRunner`:
+no re-import of the workflow module for every run and no ``exec`` per activation, which is
+most of what the sandbox costs a turn (measured by ``python -m bench.contract_floor``: 1.4
+to 5.4 ms of worker CPU on a 1-step next turn, up to a fifth of it). Their determinism is checked where it
+matters for turns in flight: every recorded history replays under both runners
+(``tests/test_replay.py``), and a worker with ``TURNS_WORKFLOW_SANDBOX=on`` runs them in the
+sandbox, whose restrictions catch a non-deterministic call as it runs.
+
+In the sandbox (its restrictions guard determinism), what follows keeps what it costs per
+turn small without loosening it:
 
 * :data:`PASSTHROUGH`: modules the sandbox shares with the worker instead of re-importing
   for every run: pydantic (models cross the boundary as instances), the wire contract (pure
@@ -20,7 +30,7 @@ keeps what the sandbox costs per turn small without loosening it:
   time: ~150 µs of worker CPU a call here, about ten calls per 1-step turn. The runner hands
   it each snippet compiled once per process instead; what runs is the same code.
 
-Before a workflow sees an activation, each burst of one signal is folded into one job
+Either way, before a workflow sees an activation, each burst of one signal is folded into one job
 (:mod:`durable_turns.signal_fold`): the SDK's cost per signal, paid once per burst, for the
 signals a workflow names as foldable.
 
@@ -50,7 +60,12 @@ from typing import Any
 from temporalio.bridge.proto.workflow_activation import WorkflowActivation
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.converter import SerializationContext
-from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
+from temporalio.worker import (
+    UnsandboxedWorkflowRunner,
+    WorkflowInstance,
+    WorkflowInstanceDetails,
+    WorkflowRunner,
+)
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from durable_turns.signal_fold import fold_signals
@@ -169,6 +184,77 @@ if _StockInstance is not None:
             return inner.get_external_store_context(command_info)
 
 
+class _Plain(WorkflowInstance):
+    """An engine workflow run outside the sandbox (``TURNS_WORKFLOW_SANDBOX=off``): the same
+    guards as the lean sandboxed instance (updates too large to answer taken out, bursts of
+    one signal folded, each activation timed), around temporalio's own instance, which runs
+    the workflow's code as it is, with no ``exec`` and no re-import per run."""
+
+    def __init__(
+        self, inner: Any, update_limit: int, label: str, slow_s: float, live: frozenset[str]
+    ) -> None:
+        self._inner = inner
+        self._update_limit = update_limit
+        self._label = label
+        self._slow_s = slow_s
+        self._live = live
+
+    def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+        drop_unanswerable_updates(act, self._update_limit)
+        return _timed_activation(self._folded_activate, act, self._label, self._slow_s)
+
+    def _folded_activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+        foldable = getattr(getattr(self._inner, "_object", None), FOLDABLE_SIGNALS, None)
+        if foldable is None:
+            foldable = () if act.is_replaying else self._live
+        if foldable and len(act.jobs) > 1:
+            fold_signals(act, foldable)
+        completion: WorkflowActivationCompletion = self._inner.activate(act)
+        return completion
+
+    def get_serialization_context(self, command_info: Any) -> SerializationContext | None:
+        result: SerializationContext | None = self._inner.get_serialization_context(command_info)
+        return result
+
+    def get_external_store_context(self, command_info: Any) -> Any:
+        return self._inner.get_external_store_context(command_info)
+
+    def get_info(self) -> Any:
+        return self._inner.get_info()
+
+    def get_thread_id(self) -> int | None:
+        thread: int | None = self._inner.get_thread_id()
+        return thread
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class LeanUnsandboxedWorkflowRunner(UnsandboxedWorkflowRunner):
+    """The engine's own workflows outside the sandbox, with the lean runner's guards.
+
+    Only for workflows whose code is the engine's (``ConversationWorkflow``,
+    ``TurnWorkflow``: user code runs in activities, never in a workflow), whose determinism
+    the recorded histories check on every change (``tests/test_replay.py`` replays them under
+    this runner and under the sandbox). What it saves per turn is the sandbox's cost: the
+    workflow module's import for every run and an ``exec`` per activation."""
+
+    def __init__(self, update_limit: int, slow_activation_s: float = SLOW_ACTIVATION_S) -> None:
+        super().__init__()
+        self.update_limit = update_limit
+        self.slow_activation_s = slow_activation_s
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        label = f"{det.info.workflow_type} {det.info.workflow_id}"
+        return _Plain(
+            super().create_instance(det),
+            self.update_limit,
+            label,
+            self.slow_activation_s,
+            frozenset(getattr(det.defn.cls, FOLDABLE_LIVE, ())),
+        )
+
+
 class _Guarded(WorkflowInstance):
     """Any other instance, with the updates too large to answer taken out of its activations
     (the stock sandbox's, should a temporalio release lack the class the lean one extends)."""
@@ -224,13 +310,26 @@ class LeanSandboxedWorkflowRunner(SandboxedWorkflowRunner):
         return instance
 
 
+def workflow_runner(
+    workflow_modules: Iterable[str] = (),
+    blob_limit: int | None = None,
+    slow_activation_s: float = SLOW_ACTIVATION_S,
+    sandboxed: bool = True,
+) -> WorkflowRunner:
+    """The runner the worker uses: :func:`sandbox_runner`, or with ``sandboxed`` False
+    (``TURNS_WORKFLOW_SANDBOX=off``) :class:`LeanUnsandboxedWorkflowRunner`."""
+    if sandboxed:
+        return sandbox_runner(workflow_modules, blob_limit, slow_activation_s)
+    return LeanUnsandboxedWorkflowRunner(answerable_bytes(blob_limit), slow_activation_s)
+
+
 def sandbox_runner(
     workflow_modules: Iterable[str] = (),
     blob_limit: int | None = None,
     slow_activation_s: float = SLOW_ACTIVATION_S,
 ) -> SandboxedWorkflowRunner:
-    """The runner the worker (and the replayer) use; compiles ``workflow_modules`` first.
-    ``blob_limit``: the namespace's blob size limit (None: Temporal's default, 2 MiB);
+    """The sandboxed runner the worker (and the replayer) use; compiles ``workflow_modules``
+    first. ``blob_limit``: the namespace's blob size limit (None: Temporal's default, 2 MiB);
     ``slow_activation_s``: activations that run longer are logged."""
     precompile_workflow_modules(workflow_modules)
     restrictions = SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)

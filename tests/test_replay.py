@@ -13,13 +13,14 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from durable_turns.runtime import WORKFLOWS
-from durable_turns.sandbox import sandbox_runner
+from durable_turns.sandbox import workflow_runner
 from durable_turns.workflows import patches
 from tests.support.harness import Harness
 from tests.support.hooks import HOOK_TOOLS
@@ -27,11 +28,19 @@ from tests.support.hooks import HOOK_TOOLS
 HISTORIES = Path(__file__).parent / "histories"
 
 
-def replayer() -> Replayer:
+RUNNERS = ("sandboxed", "plain")
+"""Every history replays under both of the worker's runners (``TURNS_WORKFLOW_SANDBOX``): the
+sandbox's restrictions catch a non-deterministic call on a recorded path, the plain runner is
+the one workers run by default."""
+
+
+def replayer(runner: str = "sandboxed") -> Replayer:
     return Replayer(
         workflows=WORKFLOWS,
         data_converter=pydantic_data_converter,
-        workflow_runner=sandbox_runner(w.__module__ for w in WORKFLOWS),
+        workflow_runner=workflow_runner(
+            (w.__module__ for w in WORKFLOWS), sandboxed=runner == "sandboxed"
+        ),
     )
 
 
@@ -153,10 +162,13 @@ async def settled_history(harness: Harness, workflow_id: str) -> WorkflowHistory
 
 
 async def test_fresh_histories_replay(harness: Harness) -> None:
+    """Recorded by a worker of the default (plain) runner, replayed under both."""
     harness.start_worker(**REPLAY_WORKER)
     histories = await record(harness, harness.conv("replay"))
+    for runner in RUNNERS:
+        for history in histories:
+            await replayer(runner).replay_workflow(history)
     for history in histories:
-        await replayer().replay_workflow(history)
         assert patch_markers(history) == {1: [patches.UP_FRONT]}, history.workflow_id
 
 
@@ -188,11 +200,12 @@ def patch_markers(history: WorkflowHistory) -> dict[int, list[str]]:
     return found
 
 
-async def test_recorded_histories_replay() -> None:
+@pytest.mark.parametrize("runner", RUNNERS)
+async def test_recorded_histories_replay(runner: str) -> None:
     files = sorted(HISTORIES.rglob("*.json"))
     assert files, "recorded histories are missing"
     for path in files:
         history = WorkflowHistory.from_json(
             path.stem.replace("__", "/"), json.loads(path.read_text())
         )
-        await replayer().replay_workflow(history)
+        await replayer(runner).replay_workflow(history)

@@ -1,5 +1,5 @@
 """The lean sandbox runner answers every payload's serialization context as the stock one does,
-and runs the sandbox's own snippets compiled once.
+and runs the sandbox's own snippets compiled once (the plain runner: ``test_workflow_runner.py``).
 
 ``durable_turns.sandbox.LeanSandboxedWorkflowRunner`` asks the sandboxed workflow for each
 payload's context directly instead of through an ``exec`` in the sandbox. A codec that is
@@ -28,7 +28,7 @@ from temporalio.converter import (
     WithSerializationContext,
     WorkflowSerializationContext,
 )
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from durable_turns import sandbox
@@ -109,9 +109,13 @@ class Parent:
         return self.child_result
 
 
-async def run_once(client: Client, runner: SandboxedWorkflowRunner, tag: str) -> list[str]:
+async def run_once(
+    client: Client, runner: WorkflowRunner, tag: str, codec: bool = True
+) -> list[str]:
     record: list[str] = []
-    converter = dataclasses.replace(client.data_converter, payload_codec=RecordingCodec(record))
+    converter = dataclasses.replace(
+        client.data_converter, payload_codec=RecordingCodec(record) if codec else None
+    )
     config = client.config()
     config["data_converter"] = converter
     own = Client(**config)
