@@ -67,6 +67,12 @@ class Reply:
     drop_after_events: int | None = None
     """Send this many SSE events, then close the connection mid-body."""
     event_delay_s: float = 0.0
+    first_token_s: float = 0.0
+    """A model's pace: wait this long before the first event that carries a delta (the
+    time to first token; the head and any ``message_start`` go out at once)."""
+    tokens_per_s: float | None = None
+    """A model's pace: after each event that carries a delta, wait ``1 / tokens_per_s``
+    (one delta standing for one token)."""
 
     def content(self) -> str:
         if self.body is not None:
@@ -271,7 +277,13 @@ class LLMServer:
         }
         _write_head(writer, status, headers, None)
         events = [e for e in reply.content().split("\n\n") if e.strip()]
+        first_delta = True
         for index, event in enumerate(events):
+            delta = _carries_delta(event)
+            if delta and first_delta and reply.first_token_s:
+                await writer.drain()
+                await asyncio.sleep(reply.first_token_s)
+            first_delta = first_delta and not delta
             if index == reply.stall_after_events:
                 await writer.drain()
                 with contextlib.suppress(TimeoutError):
@@ -287,8 +299,16 @@ class LLMServer:
             await writer.drain()
             if reply.event_delay_s:
                 await asyncio.sleep(reply.event_delay_s)
+            if delta and reply.tokens_per_s:
+                await asyncio.sleep(1 / reply.tokens_per_s)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
+
+
+def _carries_delta(event: str) -> bool:
+    """An SSE event with model output in it: Anthropic's ``content_block_delta``, an OpenAI
+    chat chunk or Responses ``*.delta`` event (the recorded fixtures' shapes)."""
+    return '"delta"' in event or "_delta" in event or ".delta" in event
 
 
 def _write_head(
