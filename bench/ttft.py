@@ -36,7 +36,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import platform
+import sys
 import tempfile
 import time
 import uuid
@@ -47,9 +49,11 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 
-from bench import floor
+from bench import floor, ttft_streams
 from bench.common import (
+    ROOT,
     Row,
+    WorkerProcess,
     code_version,
     event_epoch,
     loadavg,
@@ -219,6 +223,23 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
         )
         floor_queue = f"ttft-floor-{uuid.uuid4().hex[:6]}"
         floor_worker = await asyncio.to_thread(start_floor_worker, address, floor_queue, tmp)
+        streams_queue = f"ttft-streams-{uuid.uuid4().hex[:6]}"
+        streams_env = {
+            **os.environ,
+            "TEMPORAL_ADDRESS": address,
+            "PYTHONPATH": str(ROOT),
+            "ANTHROPIC_BASE_URL": llm.base_url,
+            "ANTHROPIC_API_KEY": "bench-key",
+        }
+        streams_worker = await asyncio.to_thread(
+            lambda: WorkerProcess(
+                [sys.executable, "-m", "bench.ttft_streams", streams_queue],
+                streams_env,
+                tmp / "streams.log",
+                "streams worker ready",
+            )
+        )
+        await asyncio.to_thread(streams_worker.wait_ready)
         client = await Client.connect(address, data_converter=data_converter_from_env())
         turns = TurnsClient(client, queue, stream_url=f"sqlite:///{tmp / 'data' / 'chunks.db'}")
         sdk = anthropic.AsyncAnthropic(base_url=llm.base_url, api_key="bench-key", max_retries=0)
@@ -269,6 +290,11 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
             started = await floor.send_stamped(client, floor_queue, conversation, request)
             return started - wall
 
+        async def streams() -> None:
+            """Temporal's workflow_streams: a workflow whose activity publishes the deltas."""
+            workflow_id = f"streams-{uuid.uuid4().hex}"
+            await ttft_streams.first_delta(client, streams_queue, workflow_id, MODEL)
+
         async def engine_polled() -> None:
             request_id = await turns.submit(polled, "hi")
             number = await turns.turn_number(polled, request_id)
@@ -276,7 +302,16 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
 
         samples: dict[str, list[float]] = {
             k: []
-            for k in ("direct", "warm", "first", "polled", "floor", "contract", "contract_first")
+            for k in (
+                "direct",
+                "warm",
+                "first",
+                "polled",
+                "streams",
+                "floor",
+                "contract",
+                "contract_first",
+            )
         }
         warmup = 2
         try:
@@ -286,6 +321,7 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
                     "warm": await engine(warm, "warm"),
                     "first": await engine(f"first-{uuid.uuid4().hex[:8]}", "first"),
                     "polled": await timed(engine_polled),
+                    "streams": await timed(streams),
                     "floor": await floor_outside(),
                     "contract": await floor_contract(floor_conversation),
                     "contract_first": await floor_contract(f"floor-{uuid.uuid4().hex[:8]}"),
@@ -299,6 +335,7 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
             await turns.aclose()
             worker.stop()
             floor_worker.stop()
+            streams_worker.stop()
             llm.stop()
     direct_s = median(samples["direct"])
     rows = [Row("ttft", "direct SDK call: first text delta", ms(direct_s), "the floor")]
@@ -306,6 +343,11 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
         ("warm", "warm turn (start → chunks)", TARGET_WARM_MS),
         ("first", "first turn of a new conversation", TARGET_FIRST_MS),
         ("polled", "warm turn, submit + turn_number polling (before startTurn)", None),
+        (
+            "streams",
+            "peer: Temporal's workflow_streams (a workflow started, its activity publishing)",
+            None,
+        ),
     ):
         added = (median(samples[key]) - direct_s) * 1000
         met = "" if target is None else ("met" if added <= target else "MISSED")
