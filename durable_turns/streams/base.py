@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -462,6 +463,11 @@ class MemoryBackend(ChunkStreamBackend):
 # --- the publisher -----------------------------------------------------------------------
 
 
+FLUSH_INTERVAL_S: Final = 0.015
+"""A publisher's shortest time between two appends of chunks (boundaries go out at once):
+a token at a model's pace (60 tokens/s is one each 17 ms) is not held back; a faster model's
+are grouped, so a stream costs its store at most ~67 appends a second."""
+
 WRITE_TIMEOUT_S: Final = 60.0
 """How long a publisher's boundary (``step_finish``, ``turn_finish``, ``flush``, ...) keeps
 retrying a stream it cannot write before it gives up with :class:`StreamUnavailable`."""
@@ -490,9 +496,12 @@ class ChunkPublisher:
 
     ``publish`` is synchronous and costs a list append: it runs once per model chunk, on
     the path the stall watchdog measures. A background task flushes the first event after
-    a boundary at once (a reader's first token is never held back), then the buffer
-    ``flush_interval_s`` after its first event, or at once when it holds ``max_batch``
-    events; boundaries (``step_start``, ``step_finish``, ``tool_result``, ``turn_finish``,
+    a boundary at once (a reader's first token is never held back), and after that appends
+    at most once per ``flush_interval_s``: an event that finds the last append that long
+    ago goes out at once, others wait for the interval's end (or a full ``max_batch``). A
+    model slower than one token per interval (60 tokens/s against the default 15 ms) has
+    each token sent as it comes; a faster one is grouped, at most ~67 appends a second per
+    stream. Boundaries (``step_start``, ``step_finish``, ``tool_result``, ``turn_finish``,
     ``reset``) and ``aclose`` flush before returning, so readers see them promptly and
     nothing is lost when the activity ends.
 
@@ -517,7 +526,7 @@ class ChunkPublisher:
         *,
         step: int | None = None,
         attempt: int | None = None,
-        flush_interval_s: float = 0.03,
+        flush_interval_s: float = FLUSH_INTERVAL_S,
         max_batch: int = 256,
         owner: str | None = None,
         by_conversation: bool = False,
@@ -568,6 +577,8 @@ class ChunkPublisher:
         self._eager = True
         """The next event flushes at once: the first chunk after a boundary (the first
         token a reader waits for) is not held back for ``flush_interval_s``."""
+        self._flushed_at = -math.inf
+        """When the background flusher last began an append (the event loop's clock)."""
 
     async def __aenter__(self) -> Self:
         return self
@@ -620,13 +631,16 @@ class ChunkPublisher:
                 self._kick.clear()
                 await self._kick.wait()  # set by the first event into an empty buffer
                 continue
-            if not self._eager and len(self._buf) < self.max_batch:
+            loop = asyncio.get_running_loop()
+            wait = self._flushed_at + self.flush_interval_s - loop.time()
+            if not self._eager and len(self._buf) < self.max_batch and wait > 0:
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(self.flush_interval_s):
+                    async with asyncio.timeout(wait):
                         while len(self._buf) < self.max_batch:
                             self._kick.clear()
                             await self._kick.wait()  # set when a batch is full
             try:
+                self._flushed_at = loop.time()
                 await self._flush(drain=False)
             except StreamNotOwned:
                 return  # kept in ``refused``: the next publish or flush raises it
