@@ -138,8 +138,8 @@ async def test_a_live_worker_cut_off_from_temporal_does_not_spend_the_crash_budg
         harness.start_worker, TEMPORAL_ADDRESS=temporal_proxy.address, TURNS_CRASH_RETRIES="1"
     )
     conversation = harness.conv(f"cutoff-{uuid.uuid4().hex[:6]}")
-    text = " ".join(f"w{i}" for i in range(60))
-    model = harness.script([{"text": text, "delay_ms": 100}])
+    text = " ".join(f"w{i}" for i in range(150))  # 12 s: an attempt outlives its blackhole
+    model = harness.script([{"text": text, "delay_ms": 80}])
     request = await harness.turns.submit(conversation, "go", model=model)
     workflow_id = f"{conversation}/turn-1"
     for attempt in (1, 2):
