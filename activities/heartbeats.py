@@ -10,13 +10,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any
 
 from temporalio import activity
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ActivityOutboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+)
 
 from durable_turns.config import Settings
+from durable_turns.contract import SHARE_KEY
 
 
 def worker_options(settings: Settings) -> dict[str, Any]:
@@ -30,13 +39,59 @@ def worker_options(settings: Settings) -> dict[str, Any]:
     Activities that heartbeat rarely (hooks, tools: every timeout/4) send no more than before.
     """
     options: dict[str, Any] = {
-        "graceful_shutdown_timeout": timedelta(seconds=settings.shutdown_grace_s)
+        "graceful_shutdown_timeout": timedelta(seconds=settings.shutdown_grace_s),
+        "interceptors": [SharedWorker()],
     }
     if settings.cancel_check_ms > 0:
         options["max_heartbeat_throttle_interval"] = timedelta(
             milliseconds=settings.cancel_check_ms
         )
     return options
+
+
+WORKER_PROCESS = uuid.uuid4().hex[:16]
+"""This worker process, as its heartbeats name it: a new one for every start (a restarted
+container keeps its host name and pid, so Temporal's identity cannot tell them apart)."""
+
+_RUNNING: Counter[str] = Counter()
+"""The workflows (turns, sub-agent turns, conversations) with an activity running here."""
+
+
+def share() -> dict[str, Any]:
+    """What a heartbeat says of its worker: which process, and how many distinct turns have
+    an activity running on it. When the heartbeats stop, the workflow reads the last one
+    (``TimeoutError.last_heartbeat_details``) to weigh the death: a death shared with other
+    turns, or of a worker that heartbeats again later, is not the turn's own
+    (``workflows.options.crash_cost``)."""
+    return {SHARE_KEY: WORKER_PROCESS, "turns": max(len(_RUNNING), 1)}
+
+
+class SharedWorker(Interceptor):
+    """Counts the turns with an activity running on this worker, and adds ``share()`` to
+    every heartbeat of its activities (as the last detail)."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _CountingInbound(next)
+
+
+class _CountingInbound(ActivityInboundInterceptor):
+    def init(self, outbound: ActivityOutboundInterceptor) -> None:
+        super().init(_SharingOutbound(outbound))
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        key = activity.info().workflow_id or ""
+        _RUNNING[key] += 1
+        try:
+            return await super().execute_activity(input)
+        finally:
+            _RUNNING[key] -= 1
+            if _RUNNING[key] <= 0:
+                del _RUNNING[key]
+
+
+class _SharingOutbound(ActivityOutboundInterceptor):
+    def heartbeat(self, *details: Any) -> None:
+        super().heartbeat(*details, share())
 
 
 _ATTEMPT: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar(

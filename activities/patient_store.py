@@ -53,7 +53,13 @@ class PatientStore(TranscriptStore):
     async def _call(self, op: Callable[[], Awaitable[T]]) -> T:
         try:
             try:
-                return await op()
+                if not activity.in_activity():
+                    return await op()
+                # A call into a store whose link hangs (a dropped route, a full queue) is
+                # slow, not failed: the activity heartbeats meanwhile, so its live worker is
+                # not taken for a dead one at its heartbeat timeout.
+                async with keep_alive(self.beat_every_s):
+                    return await op()
             except StoreUnavailable as e:
                 if not activity.in_activity():
                     raise

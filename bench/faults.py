@@ -14,9 +14,9 @@ One run per store (SQLite, PostgreSQL or both):
 * every link of the workers behind a fault proxy (``tests/support/faultproxy.py``): to the
   Temporal server, to PostgreSQL (the PostgreSQL run) and to Redis, which holds the live
   chunk stream in both runs (``--no-network``: direct links, the SQLite chunk stream);
-* a chaos loop that, 0.6–1.4 s after each fault began (a replacement for a killed worker
-  starts in the background; a worker is only killed while another is live; about 200 faults
-  per store in 240 s),
+* a chaos loop that, 0.5–1.2 s after each fault began (a replacement for a killed worker
+  starts in the background; a worker is only killed while another is live; 210–260 faults
+  per store in 280 s),
   either breaks a link for 1–6 s (60 %: a reset of every connection, a blackhole, a one-way
   partition either way, or 200 ms of latency at 16 KiB/s) or sends SIGKILL or SIGTERM
   (half and half) to a random live worker and starts a replacement, until the
@@ -374,10 +374,14 @@ async def converse(
     model: str,
     plan: list[Expected],
     think_s: float,
+    chaos_until: float,
     deadline: float,
     rng: random.Random,
     out: list[Sent],
 ) -> None:
+    """One conversation, turn after turn, a think time apart while the chaos lasts and
+    none after it: every request is sent before the deadline (one not sent would be the
+    bench's, not the engine's)."""
     await asyncio.sleep(rng.uniform(0, think_s))
     for exp in plan:
         sent = Sent(exp.conversation, exp.number, exp.request_id, time.time())
@@ -401,7 +405,9 @@ async def converse(
         sent.done = time.time()
         if sent.result is None:
             return  # later turns would queue behind it: the audit reports the rest as unsent
-        await asyncio.sleep(rng.uniform(0, 2 * think_s))
+        await asyncio.sleep(
+            min(rng.uniform(0, 2 * think_s), max(0.0, chaos_until - time.monotonic()))
+        )
 
 
 async def chaos(
@@ -694,7 +700,7 @@ async def run_store(store: str, args: argparse.Namespace, tmp: Path) -> dict[str
             crng = random.Random(rng.random())
             tasks.append(
                 asyncio.create_task(
-                    converse(turns, model, plans[conv], think, deadline, crng, sent)
+                    converse(turns, model, plans[conv], think, chaos_until, deadline, crng, sent)
                 )
             )
         t0 = time.monotonic()
@@ -1109,11 +1115,11 @@ async def main(argv: list[str] | None = None) -> int:
     quick = args.quick
     args.conversations = args.conversations or (8 if quick else 24)
     args.turns = args.turns or (5 if quick else 12)
-    args.duration = args.duration or (30.0 if quick else 240.0)
+    args.duration = args.duration or (30.0 if quick else 280.0)
     args.drain = 60.0 if quick else 150.0
-    # the full run: a fault every 0.6–1.4 s (most of them on links; ~200 per store)
+    # the full run: a fault every 0.5–1.2 s (most of them on links; over 200 per store)
     if args.network:
-        args.every_min, args.every_max = (1.0, 2.0) if quick else (0.6, 1.4)
+        args.every_min, args.every_max = (1.0, 2.0) if quick else (0.5, 1.2)
     else:  # every fault a worker's death: the earlier pace
         args.every_min, args.every_max = (3.0, 6.0) if quick else (3.0, 9.0)
     stores = ["sqlite", "postgres"] if args.store == "both" else [args.store]

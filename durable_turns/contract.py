@@ -896,6 +896,12 @@ class TurnPlan(Internal):
     (``TURNS_CRASH_RETRIES``); counted apart from ``max_retries``."""
 
 
+SHARE_KEY = "durable_turns_worker"
+"""The key of the detail every activity heartbeat carries last: ``{SHARE_KEY: <the worker
+process>, "turns": <how many turns have an activity running on it>}``. The workflow reads
+it from a heartbeat timeout to weigh the death (``workflows.options.crash_cost``)."""
+
+
 RecoveryReason = Literal["worker_lost", "worker_shutdown", "store_unavailable", "stalled"]
 """Why an attempt of an activity ended so that the next one is a recovery (Think's
 ``onChatRecovery``): its worker stopped heartbeating (killed, out of memory, frozen), shut

@@ -6,9 +6,10 @@ worker's attempt moves to another worker quickly) and a retry policy.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import timedelta
-from typing import TypeVar
+from fractions import Fraction
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -20,6 +21,7 @@ from durable_turns.contract import (
     INVALID_MODEL,
     INVALID_REQUEST,
     PROVIDER_ERROR,
+    SHARE_KEY,
     STORE_UNAVAILABLE,
     WORKER_CRASH_LOOP,
     WORKER_SHUTDOWN,
@@ -91,6 +93,21 @@ INFRA_TYPES = (WORKER_SHUTDOWN, STORE_UNAVAILABLE)
 """Failures an activity raises that are its infrastructure's, not the turn's: counted with
 worker deaths, never against the model's or a tool's own retries."""
 
+SHARED_CAP = 4
+"""A death of a worker that ran K turns costs each of them 1/min(K, SHARED_CAP) of a death:
+a turn that crashes a busy worker every time is still stopped, after at most SHARED_CAP ×
+``TURNS_CRASH_RETRIES`` + 1 deaths (21 at the defaults)."""
+
+INFRA_RETRIES = 50
+"""The infrastructure budget: how many attempts of one activity may be lost to anything
+but its own failures (worker deaths of every kind, shutdowns past their grace, store
+outages longer than an attempt), at least; past it, ``WorkerCrashLoop``. Large, for a deploy
+storm or a flapping network fails no turn, yet bounded (``infra_budget``)."""
+
+PATCH_DEATH_BUDGETS = "death-budgets"
+"""Deaths weighed by ``crash_cost``, shutdowns past their grace and store outages on the
+infrastructure budget only; runs recorded before counted every one as a whole death."""
+
 
 def is_death(err: ActivityError) -> bool:
     """Whether an attempt ended because its worker went away: no heartbeat in time (killed,
@@ -115,6 +132,47 @@ def backoff(n: int, most: float) -> timedelta:
     return timedelta(seconds=min(2.0 ** (n - 1), most))
 
 
+Death = tuple[str | None, int]
+"""A heartbeat timeout as its last heartbeat told it: the worker process (None: not told, a
+worker of an earlier release or an attempt that never heartbeat) and its turns."""
+
+
+def death_of(err: ActivityError) -> Death:
+    """Which worker a heartbeat timeout was, and how many turns it ran (``heartbeats.share``,
+    the last detail of the attempt's last heartbeat)."""
+    cause = err.cause
+    details: Sequence[Any] = cause.last_heartbeat_details if isinstance(cause, TimeoutError) else ()
+    for detail in reversed(details):
+        if isinstance(detail, dict) and isinstance(detail.get(SHARE_KEY), str):
+            turns = detail.get("turns")
+            return detail[SHARE_KEY], turns if isinstance(turns, int) and turns > 0 else 1
+    return None, 1
+
+
+def crash_cost(deaths: Sequence[Death]) -> Fraction:
+    """What a run of heartbeat timeouts costs the crash budget, which is for the deaths a
+    turn may have caused itself. A death of a worker that ran K turns costs 1/min(K,
+    ``SHARED_CAP``) (a SIGKILL of a busy worker, an out-of-memory kill, is shared by all it
+    ran); one whose worker heartbeats again in a later attempt costs nothing (it did not die:
+    its heartbeats did not get through, a network partition, a frozen event loop that came
+    back; the infrastructure budget bounds those). A worker that ran this turn alone and
+    never came back costs 1: a turn that kills its worker every time is stopped after
+    ``TURNS_CRASH_RETRIES`` + 1 runs, as before. Exact (fractions) and read from the
+    history only, so replay decides the same."""
+    cost = Fraction(0)
+    for i, (worker, turns) in enumerate(deaths):
+        if worker is not None and any(later == worker for later, _ in deaths[i + 1 :]):
+            continue
+        cost += Fraction(1, min(turns, SHARED_CAP))
+    return cost
+
+
+def infra_budget(crash_retries: int) -> int:
+    """The infrastructure budget of an activity whose crash budget is ``crash_retries``: at
+    least ``INFRA_RETRIES``, and never below what a turn crashing a busy worker may spend."""
+    return max(INFRA_RETRIES, SHARED_CAP * (crash_retries + 1))
+
+
 async def with_budgets(
     run: Callable[[int, int, bool], Awaitable[T]],
     *,
@@ -126,18 +184,21 @@ async def with_budgets(
     most_wait_s: float = 30.0,
     on_retry: Callable[[ActivityError], None] | None = None,
 ) -> T:
-    """Run an activity whose every schedule is one attempt (``ONE_ATTEMPT``), counting two
+    """Run an activity whose every schedule is one attempt (``ONE_ATTEMPT``), counting three
     budgets apart: its own failures (a provider's error, a stall, a tool's retry), at most
-    ``tries`` attempts (0: no limit), and its worker's deaths (``is_death``), at most
-    ``crash_retries`` retries. ``run(attempt, failures, last_try)`` schedules one attempt.
+    ``tries`` attempts (0: no limit); the deaths it may have caused itself (heartbeat
+    timeouts weighed by ``crash_cost``), at most ``crash_retries``; and every attempt lost to
+    its infrastructure (``is_death``: deaths, shutdowns past their grace, store outages), at
+    most ``infra_budget``. ``run(attempt, failures, last_try)`` schedules one attempt.
 
-    The last failure is raised as it came; past the deaths budget, a non-retryable
+    The last failure is raised as it came; past either death budget, a non-retryable
     ``WorkerCrashLoop`` naming ``stage`` (``kind``, the Think stage, is its first detail).
     Each retry waits with backoff on a durable timer (1 s doubling, at most ``most_wait_s``
-    after failures, 10 s after deaths, whose heartbeat timeout has been waited already): a few
-    events per retry in the history, none when the first attempt succeeds. ``on_retry`` sees
-    each failure that is retried, before the wait (``recovery.Tracker.note``)."""
+    after failures, 10 s after losses, whose heartbeat timeout has been waited already): a
+    few events per retry in the history, none when the first attempt succeeds. ``on_retry``
+    sees each failure that is retried, before the wait (``recovery.Tracker.note``)."""
     deaths = failures = 0
+    timeouts: list[Death] = []
     attempt = 1
     while True:
         try:
@@ -147,11 +208,17 @@ async def with_budgets(
                 raise
             if is_death(err):
                 deaths += 1
-                if deaths > crash_retries:
+                if not workflow.patched(PATCH_DEATH_BUDGETS):
+                    timeouts.append((None, 1))  # every loss a whole death
+                elif isinstance(err.cause, TimeoutError):
+                    timeouts.append(death_of(err))
+                if crash_cost(timeouts) > crash_retries:
+                    raise _crash_loop(stage, kind, err, timeouts, crash_retries) from err
+                if deaths > infra_budget(crash_retries):
                     raise ApplicationError(
-                        f"{stage}: the worker running it died {deaths} times (last:"
-                        f" {_cause(err)}); it is not run again (TURNS_CRASH_RETRIES="
-                        f"{crash_retries}): something in the turn may crash the worker",
+                        f"{stage}: {deaths} of its attempts were lost to its infrastructure"
+                        f" (last: {_cause(err)}); it is not run again (at most"
+                        f" {infra_budget(crash_retries)})",
                         kind,
                         stage,
                         type=WORKER_CRASH_LOOP,
@@ -170,6 +237,30 @@ async def with_budgets(
                 on_retry(err)
             attempt += 1
             await workflow.sleep(wait, summary=f"retry {stage}: {why}")
+
+
+def _crash_loop(
+    stage: str,
+    kind: str,
+    err: ActivityError,
+    timeouts: Sequence[Death],
+    crash_retries: int,
+) -> ApplicationError:
+    deaths, counted = len(timeouts), crash_cost(timeouts)
+    weighed = (
+        ""
+        if counted == deaths
+        else f", counted as {float(counted):.2f}: shared with other turns or outlived"
+    )
+    return ApplicationError(
+        f"{stage}: the worker running it died {deaths} times (last: {_cause(err)}{weighed});"
+        f" it is not run again (TURNS_CRASH_RETRIES={crash_retries}): something in the turn"
+        " may crash the worker",
+        kind,
+        stage,
+        type=WORKER_CRASH_LOOP,
+        non_retryable=True,
+    )
 
 
 def _cause(err: ActivityError) -> str:
