@@ -208,7 +208,7 @@ async def with_budgets(
                 raise
             if is_death(err):
                 deaths += 1
-                if not workflow.patched(PATCH_DEATH_BUDGETS):
+                if not patches.patched(PATCH_DEATH_BUDGETS):
                     timeouts.append((None, 1))  # every loss a whole death
                 elif isinstance(err.cause, TimeoutError):
                     timeouts.append(death_of(err))

@@ -39,6 +39,7 @@ APPLIED = frozenset(
         "conversation-request-metadata",
         "conversation-requests-sized-as-kept",
         "conversation-signals-through-inbox",
+        "death-budgets",
         "intake-rounds-of-256k",
         "local-begin-finish",
         "local-open-conversation",
