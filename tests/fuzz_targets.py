@@ -374,6 +374,7 @@ def workflow_context(workflow_id: str = "conv-fuzz") -> Iterator[None]:
         is_continue_as_new_suggested=lambda: False,
     )
     counter = iter(range(1, 1 << 62))
+    instance = SimpleNamespace()  # where ``workflows.patches`` keeps the run's decision
 
     async def no_op_activity(*_args: Any, **_kwargs: Any) -> None:
         await asyncio.sleep(0)
@@ -386,6 +387,7 @@ def workflow_context(workflow_id: str = "conv-fuzz") -> Iterator[None]:
         workflow,
         info=lambda: info,
         patched=lambda _id: True,
+        instance=lambda: instance,
         uuid4=lambda: uuid.UUID(int=next(counter)),
         now=lambda: datetime(2026, 1, 1, tzinfo=UTC),
         set_current_details=lambda _details: None,
