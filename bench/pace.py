@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import platform
 import tempfile
 import time
 import uuid
@@ -32,17 +31,14 @@ from typing import Any
 
 from bench.common import (
     Row,
-    code_version,
     judged,
     loadavg,
-    machine_info,
     median,
     ms,
-    now_iso,
     render_text,
+    run_meta,
     start_engine_worker,
     temporal_server,
-    versions,
     write_results,
 )
 from bench.pace_tools import weather
@@ -209,19 +205,12 @@ async def run(rounds: int, first_token_s: float, tokens_per_s: float) -> Any:
             judged(e_p99 / d_p99, TARGET_RATIO),
         ),
     ]
-    machine = machine_info()
-    machine["loadavg_start"], machine["loadavg_end"] = load_start, loadavg()
-    meta = {
-        "mode": f"a model's pace ({pace_text}), {rounds} alternating rounds after {warmup} warm-up",
-        "date": now_iso(),
-        "command": f"python -m bench.pace --rounds {rounds}",
-        "code": code_version(),
-        "python": platform.python_version(),
-        "machine": machine,
-        "versions": versions(),
-        "server": {**server, "data_dir": "a temporary folder"},
-        "seconds": 0,
-    }
+    meta = run_meta(
+        f"a model's pace ({pace_text}), {rounds} alternating rounds after {warmup} warm-up",
+        f"python -m bench.pace --rounds {rounds}",
+        load_start,
+        server,
+    )
     return rows, {"marks_s": samples}, meta
 
 

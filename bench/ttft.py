@@ -37,7 +37,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -54,18 +53,15 @@ from bench.common import (
     ROOT,
     Row,
     WorkerProcess,
-    code_version,
     event_epoch,
     loadavg,
-    machine_info,
     median,
     ms,
-    now_iso,
     render_text,
+    run_meta,
     start_engine_worker,
     start_floor_worker,
     temporal_server,
-    versions,
     write_results,
 )
 from tests.llm_server import LLMServer, Reply
@@ -380,19 +376,12 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
         )
     for kind, turn in (("warm", "warm turn"), ("first", "first turn")):
         rows += timeline_rows(kind, turn, timelines[kind][warmup:], costs[kind])
-    machine = machine_info()
-    machine["loadavg_start"], machine["loadavg_end"] = load_start, loadavg()
-    meta = {
-        "mode": f"time to first token, {rounds} rounds after {warmup} warm-up rounds",
-        "date": now_iso(),
-        "command": f"python -m bench.ttft --rounds {rounds}",
-        "code": code_version(),
-        "python": platform.python_version(),
-        "machine": machine,
-        "versions": versions(),
-        "server": {**server, "data_dir": "a temporary folder"},
-        "seconds": 0,
-    }
+    meta = run_meta(
+        f"time to first token, {rounds} rounds after {warmup} warm-up rounds",
+        f"python -m bench.ttft --rounds {rounds}",
+        load_start,
+        server,
+    )
     raw = {"samples_s": samples, "timelines_s": timelines, "costs": costs}
     return rows, raw, meta
 
