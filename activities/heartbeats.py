@@ -135,8 +135,10 @@ def cancelled_by_user() -> bool:
 
 
 @contextlib.asynccontextmanager
-async def keep_alive(every_s: float) -> AsyncIterator[None]:
+async def keep_alive(every_s: float, *, at_once: bool = True) -> AsyncIterator[None]:
     """Heartbeat on a timer while a hook or tool runs: the worker is alive, not stuck.
+    ``at_once=False`` sends the first only after ``every_s``: a call that is usually quick
+    (a store call) costs no heartbeat unless it lasts.
 
     A local activity (begin/finish/fail turn) has no heartbeat of its own: the SDK keeps its
     workflow task alive instead, so there is nothing to do."""
@@ -145,6 +147,8 @@ async def keep_alive(every_s: float) -> AsyncIterator[None]:
         return
 
     async def beat() -> None:
+        if not at_once:
+            await asyncio.sleep(every_s)
         while True:
             activity.heartbeat()
             await asyncio.sleep(every_s)

@@ -58,7 +58,7 @@ class PatientStore(TranscriptStore):
                 # A call into a store whose link hangs (a dropped route, a full queue) is
                 # slow, not failed: the activity heartbeats meanwhile, so its live worker is
                 # not taken for a dead one at its heartbeat timeout.
-                async with keep_alive(self.beat_every_s):
+                async with keep_alive(self.beat_every_s, at_once=False):
                     return await op()
             except StoreUnavailable as e:
                 if not activity.in_activity():
