@@ -184,77 +184,6 @@ if _StockInstance is not None:
             return inner.get_external_store_context(command_info)
 
 
-class _Plain(WorkflowInstance):
-    """An engine workflow run outside the sandbox (``TURNS_WORKFLOW_SANDBOX=off``): the same
-    guards as the lean sandboxed instance (updates too large to answer taken out, bursts of
-    one signal folded, each activation timed), around temporalio's own instance, which runs
-    the workflow's code as it is, with no ``exec`` and no re-import per run."""
-
-    def __init__(
-        self, inner: Any, update_limit: int, label: str, slow_s: float, live: frozenset[str]
-    ) -> None:
-        self._inner = inner
-        self._update_limit = update_limit
-        self._label = label
-        self._slow_s = slow_s
-        self._live = live
-
-    def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
-        drop_unanswerable_updates(act, self._update_limit)
-        return _timed_activation(self._folded_activate, act, self._label, self._slow_s)
-
-    def _folded_activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
-        foldable = getattr(getattr(self._inner, "_object", None), FOLDABLE_SIGNALS, None)
-        if foldable is None:
-            foldable = () if act.is_replaying else self._live
-        if foldable and len(act.jobs) > 1:
-            fold_signals(act, foldable)
-        completion: WorkflowActivationCompletion = self._inner.activate(act)
-        return completion
-
-    def get_serialization_context(self, command_info: Any) -> SerializationContext | None:
-        result: SerializationContext | None = self._inner.get_serialization_context(command_info)
-        return result
-
-    def get_external_store_context(self, command_info: Any) -> Any:
-        return self._inner.get_external_store_context(command_info)
-
-    def get_info(self) -> Any:
-        return self._inner.get_info()
-
-    def get_thread_id(self) -> int | None:
-        thread: int | None = self._inner.get_thread_id()
-        return thread
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-class LeanUnsandboxedWorkflowRunner(UnsandboxedWorkflowRunner):
-    """The engine's own workflows outside the sandbox, with the lean runner's guards.
-
-    Only for workflows whose code is the engine's (``ConversationWorkflow``,
-    ``TurnWorkflow``: user code runs in activities, never in a workflow), whose determinism
-    the recorded histories check on every change (``tests/test_replay.py`` replays them under
-    this runner and under the sandbox). What it saves per turn is the sandbox's cost: the
-    workflow module's import for every run and an ``exec`` per activation."""
-
-    def __init__(self, update_limit: int, slow_activation_s: float = SLOW_ACTIVATION_S) -> None:
-        super().__init__()
-        self.update_limit = update_limit
-        self.slow_activation_s = slow_activation_s
-
-    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
-        label = f"{det.info.workflow_type} {det.info.workflow_id}"
-        return _Plain(
-            super().create_instance(det),
-            self.update_limit,
-            label,
-            self.slow_activation_s,
-            frozenset(getattr(det.defn.cls, FOLDABLE_LIVE, ())),
-        )
-
-
 class _Guarded(WorkflowInstance):
     """Any other instance, with the updates too large to answer taken out of its activations
     (the stock sandbox's, should a temporalio release lack the class the lean one extends)."""
@@ -285,6 +214,57 @@ class _Guarded(WorkflowInstance):
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+class _Plain(_Guarded):
+    """An engine workflow run outside the sandbox (``TURNS_WORKFLOW_SANDBOX=off``): the same
+    guards as the lean sandboxed instance (updates too large to answer taken out, bursts of
+    one signal folded, each activation timed), around temporalio's own instance, which runs
+    the workflow's code as it is, with no ``exec`` and no re-import per run."""
+
+    def __init__(
+        self, inner: Any, update_limit: int, label: str, slow_s: float, live: frozenset[str]
+    ) -> None:
+        super().__init__(inner, update_limit, label, slow_s)
+        self._live = live
+
+    def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+        drop_unanswerable_updates(act, self._update_limit)
+        return _timed_activation(self._folded_activate, act, self._label, self._slow_s)
+
+    def _folded_activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+        foldable = getattr(getattr(self._inner, "_object", None), FOLDABLE_SIGNALS, None)
+        if foldable is None:
+            foldable = () if act.is_replaying else self._live
+        if foldable and len(act.jobs) > 1:
+            fold_signals(act, foldable)
+        completion: WorkflowActivationCompletion = self._inner.activate(act)
+        return completion
+
+
+class LeanUnsandboxedWorkflowRunner(UnsandboxedWorkflowRunner):
+    """The engine's own workflows outside the sandbox, with the lean runner's guards.
+
+    Only for workflows whose code is the engine's (``ConversationWorkflow``,
+    ``TurnWorkflow``: user code runs in activities, never in a workflow), whose determinism
+    the recorded histories check on every change (``tests/test_replay.py`` replays them under
+    this runner and under the sandbox). What it saves per turn is the sandbox's cost: the
+    workflow module's import for every run and an ``exec`` per activation."""
+
+    def __init__(self, update_limit: int, slow_activation_s: float = SLOW_ACTIVATION_S) -> None:
+        super().__init__()
+        self.update_limit = update_limit
+        self.slow_activation_s = slow_activation_s
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        label = f"{det.info.workflow_type} {det.info.workflow_id}"
+        return _Plain(
+            super().create_instance(det),
+            self.update_limit,
+            label,
+            self.slow_activation_s,
+            frozenset(getattr(det.defn.cls, FOLDABLE_LIVE, ())),
+        )
 
 
 @dataclass(frozen=True)
