@@ -122,12 +122,7 @@ class TurnWorkflow:
             "model": self._model,
             "usage": self._usage.model_dump(),
             "tool_calls": self._tools,
-            "pending_tool_calls": [
-                {"tool_call_id": o.tool_call_id, "tool_name": o.tool_name, "waiting_for": o.pending}
-                for o in self._pending.values()
-                if o.tool_call_id not in self._resolutions
-            ]
-            + list(self._agent_waits.values()),
+            "pending_tool_calls": self._own_waits() + list(self._agent_waits.values()),
             "rejected_tool_results": self._rejected[-10:],
         }
 
@@ -178,15 +173,18 @@ class TurnWorkflow:
         if self._input is not None and self._input.agent:  # a sub-agent's sub-agent: pass
             self._background(self._tell_parent(self._waits()))  # it on up
 
-    def _waits(self) -> list[dict[str, Any]]:
-        """What this turn waits for the client on: its own calls, then its sub-agents'."""
-        own = [
+    def _own_waits(self) -> list[dict[str, Any]]:
+        """This turn's own calls that wait for the client and have no answer yet."""
+        return [
             {"tool_call_id": o.tool_call_id, "tool_name": o.tool_name, "waiting_for": o.pending}
             for o in self._pending.values()
             if o.tool_call_id not in self._resolutions
         ]
+
+    def _waits(self) -> list[dict[str, Any]]:
+        """What this turn waits for the client on: its own calls, then its sub-agents'."""
         keys = ("tool_call_id", "tool_name", "waiting_for")
-        return own + [{k: w[k] for k in keys} for w in self._agent_waits.values()]
+        return self._own_waits() + [{k: w[k] for k in keys} for w in self._agent_waits.values()]
 
     def _background(self, work: Awaitable[None]) -> None:
         """A signal's follow-up (a handler cannot await), kept until it is done."""
