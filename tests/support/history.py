@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from durable_turns.contract import MODEL_STEP, TOOL_CALL
@@ -13,8 +14,19 @@ from durable_turns.messages import Message, Role, TextPart
 from tests.support.harness import Harness
 
 
+def _timeless_bytes(event: HistoryEvent) -> int:
+    """An event's encoded size without its timestamp and the server's task id: both are
+    varints, so the same event takes a byte or two more or less depending on the clock and
+    on how far the server's counter has gone."""
+    timeless = HistoryEvent()
+    timeless.CopyFrom(event)
+    timeless.ClearField("event_time")
+    timeless.ClearField("task_id")
+    return timeless.ByteSize()
+
+
 async def model_step_bytes(client: Client, workflow_id: str) -> tuple[int, int]:
-    """(bytes of the model_step events, bytes of the whole turn history)."""
+    """(bytes of the model_step events, bytes of the whole turn history), timestamps left out."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     scheduled: set[int] = set()
     step_bytes = 0
@@ -22,14 +34,14 @@ async def model_step_bytes(client: Client, workflow_id: str) -> tuple[int, int]:
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             if event.activity_task_scheduled_event_attributes.activity_type.name == "model_step":
                 scheduled.add(event.event_id)
-                step_bytes += event.ByteSize()
+                step_bytes += _timeless_bytes(event)
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             if event.activity_task_started_event_attributes.scheduled_event_id in scheduled:
-                step_bytes += event.ByteSize()
+                step_bytes += _timeless_bytes(event)
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             if event.activity_task_completed_event_attributes.scheduled_event_id in scheduled:
-                step_bytes += event.ByteSize()
-    return step_bytes, sum(e.ByteSize() for e in history.events)
+                step_bytes += _timeless_bytes(event)
+    return step_bytes, sum(_timeless_bytes(e) for e in history.events)
 
 
 def prior_transcript(tokens: int) -> list[Message]:
