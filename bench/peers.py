@@ -37,7 +37,7 @@ VENV = Path(
 )
 PEERS = {
     "openai-agents": ["openai-agents==0.22.3", "temporalio-openai-agents==1.1.0"],
-    "pydantic-ai": ["pydantic-ai-slim[temporal]==2.68.0"],
+    "pydantic-ai": ["pydantic-ai-slim[temporal,anthropic,openai]==2.68.0"],
 }
 
 
