@@ -1,12 +1,15 @@
 """Time to first token, as a client sees it, against the provider's SDK called directly.
 
-    python -m bench.ttft [--rounds N]
+    python -m bench.ttft [--rounds N] [--pace TOKENS_PER_S]
 
-One local server replays Anthropic's recorded wire format (``tests/llm_server.py``) to the
-real ``anthropic`` SDK; an engine worker process (``python worker.py``, SQLite store and
-chunk stream) points its ``anthropic:`` provider at the same server. Rounds interleave:
+One local server replays the providers' recorded wire formats (``tests/llm_server.py``:
+Anthropic's Messages, OpenAI's Responses) to the real SDKs; an engine worker process
+(``python worker.py``, SQLite store and chunk stream) points its ``anthropic:`` provider at
+the same server. Rounds interleave:
 
-* **direct SDK**: ``AsyncAnthropic.messages.stream`` → the first text delta (the floor);
+* **direct SDK**: ``AsyncAnthropic.messages.stream`` → the first text delta (the floor), and
+  ``AsyncOpenAI.responses.create(stream=True)`` → the first ``response.output_text.delta``
+  (the floor of OpenAI's format, which the OpenAI Agents SDK peer speaks);
 * **warm turn**: ``TurnsClient.start`` on a conversation that already has turns, then
   ``chunks`` → the first ``text-delta`` (the path ``turns chat`` takes);
 * **first turn**: the same on a new conversation (its workflow starts too);
@@ -18,7 +21,24 @@ chunk stream) points its ``anthropic:`` provider at the same server. Rounds inte
   in the shape of the wire contract (an update on a conversation workflow runs it as a
   child), on a warm conversation and on a new one. Adding the direct call's own time to
   first token gives each floor's first token, a lower bound: relaying the token to the
-  client is not counted.
+  client is not counted;
+* **the peers' streaming paths** (``bench.ttft_peers``: workers of their own and one client
+  process, all in the peers' venv of ``bench.peers``): the OpenAI Agents SDK's Temporal
+  integration (``Runner.run_streamed``; its streaming model activity publishes the
+  ``OpenAIResponsesModel``'s events to ``temporalio.contrib.workflow_streams``) and
+  pydantic-ai's (``TemporalDurability(event_stream_topic=...)``: its event stream handler runs
+  in the model-request activity and publishes to ``workflow_streams``; ``AnthropicModel``),
+  each with its defaults and tuned (flush and poll every 10 ms), each on a warm turn (a later
+  turn's workflow, the prior messages as input) and a first turn (the conversation's first
+  workflow). The client times from its call to the first text at it and reports the figure.
+  Without the peers' venv their rows say why they were not measured.
+
+Each path is judged by what it adds over the direct call of its own wire format; the rows
+``durable-turns lowest of all`` compare the engine's warm and first turns with every other
+path of that kind (the peers' and Temporal's workflow_streams baseline). By default the mock
+sends a reply as fast as it can; a peer's activity then flushes its stream on exit with the
+whole reply, so its flush interval does not show. ``--pace`` makes the mock send its tokens
+at that rate, as a model does (the results go to ``ttft-paced.md``/``.json``).
 
 Each warm and first turn is then laid out on one clock from its two histories (the
 conversation's and the turn's) and the client's own marks: when the conversation accepted
@@ -48,7 +68,7 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 
-from bench import floor, ttft_streams
+from bench import floor, peers, ttft_peers, ttft_streams
 from bench.common import (
     ROOT,
     Row,
@@ -64,9 +84,11 @@ from bench.common import (
     temporal_server,
     write_results,
 )
-from tests.llm_server import LLMServer, Reply
+from tests.llm_server import LLMServer, Recorded, Reply
 
 FIXTURE = "anthropic/text_basic.sse"
+FIXTURES = {"/v1/messages": FIXTURE, "/v1/responses": ttft_peers.FIXTURES["openai-agents"]}
+"""The mock's answer per route: Anthropic's wire format, OpenAI's Responses format."""
 MODEL = "claude-sonnet-4-5"  # any name: the local server answers every one
 TARGET_WARM_MS = 30.0
 TARGET_FIRST_MS = 50.0
@@ -190,14 +212,78 @@ def _conversation_part(events: list[Any], workflow_id: str, since: float) -> lis
     return part
 
 
+def replies(pace: float) -> Callable[[Recorded], Reply]:
+    """The mock's answers: each route's fixture, its tokens ``pace`` a second (0: at once)."""
+
+    def reply_for(request: Recorded) -> Reply:
+        return Reply(FIXTURES.get(request.path, FIXTURE), tokens_per_s=pace)
+
+    return reply_for
+
+
+PEER_PATHS = [
+    (name, config, kind)
+    for name in ttft_peers.MODULES
+    for config in ttft_peers.CONFIGS
+    for kind in ("warm", "first")
+]
+"""Each peer's streaming path: per configuration, a warm turn and a first turn."""
+PEER_DIRECT = {"openai-agents": "direct_openai", "pydantic-ai": "direct"}
+"""The direct SDK call of each peer's wire format (OpenAI Responses; Anthropic Messages)."""
+PEER_LABELS = {
+    "openai-agents": "OpenAI Agents SDK + Temporal, `Runner.run_streamed`",
+    "pydantic-ai": "pydantic-ai + Temporal, `event_stream_topic`",
+}
+PEER_NOTES = {
+    "openai-agents": "the integration's streaming path: `Runner.run_streamed` in a workflow"
+    " hosting a `WorkflowStream`, `ModelActivityParameters(streaming_topic=...)`; its streaming"
+    " model activity publishes each native Responses event to `temporalio.contrib."
+    "workflow_streams` as the SDK's `OpenAIResponsesModel` (an `AsyncOpenAI` on the mock)"
+    " yields it; the client subscribes (`WorkflowStreamClient`) and takes the first"
+    " `response.output_text.delta` (bench/ttft_peer_openai.py)",
+    "pydantic-ai": "pydantic-ai's documented streaming path: `TemporalDurability("
+    "event_stream_topic=...)` makes its `workflow_stream_event_handler` the agent's event"
+    " stream handler, run inside the model-request activity, publishing each event to"
+    " `temporalio.contrib.workflow_streams` (an `AgentEventStream` hosted by the workflow);"
+    " `AnthropicModel` with a provider on the mock; the client reads `stream_agent_events` and"
+    " takes the first text (bench/ttft_peer_pydantic.py)",
+}
+KINDS = {
+    "warm": "warm turn: a later turn's workflow, the 4 prior messages as input",
+    "first": "first turn: the conversation's first workflow, no prior messages",
+}
+
+
+async def start_peers(address: str, tmp: Path, llm: LLMServer) -> ttft_peers.Peers | str:
+    """The peers' workers and client in the peers' venv, or why they are not measured."""
+    why_not = await peers.ensure_venv()
+    if why_not:
+        return why_not
+    env = {
+        **os.environ,
+        "ANTHROPIC_BASE_URL": llm.base_url,
+        "OPENAI_BASE_URL": llm.openai_base_url,
+        "OPENAI_AGENTS_DISABLE_TRACING": "1",
+    }
+    try:
+        started = await asyncio.to_thread(
+            ttft_peers.Peers, str(peers.VENV / "bin" / "python"), address, tmp, env
+        )
+        await started.start()
+    except Exception as exc:  # noted on the peers' rows; the other paths still run
+        return f"the peers' processes did not start: {exc}"[:500]
+    return started
+
+
 async def timed(call: Callable[[], Awaitable[Any]]) -> float:
     started = time.perf_counter()
     await call()
     return time.perf_counter() - started
 
 
-async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
+async def run(rounds: int, pace: float = 0.0) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
     import anthropic
+    import openai
     from temporalio.client import Client
 
     from durable_turns.client import TurnsClient
@@ -206,7 +292,7 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-ttft-"))
     load_start = loadavg()
     llm = LLMServer().start()
-    llm.default = Reply(FIXTURE)
+    llm.responder = replies(pace)
     async with temporal_server(tmp) as (address, server):
         queue = f"ttft-{uuid.uuid4().hex[:6]}"
         worker = start_engine_worker(
@@ -236,9 +322,14 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
             )
         )
         await asyncio.to_thread(streams_worker.wait_ready)
+        peer_run = await start_peers(address, tmp, llm)
+        peer_errors: dict[str, str] = {}
+        if isinstance(peer_run, str):
+            peer_errors = dict.fromkeys(ttft_peers.MODULES, peer_run)
         client = await Client.connect(address, data_converter=data_converter_from_env())
         turns = TurnsClient(client, queue, stream_url=f"sqlite:///{tmp / 'data' / 'chunks.db'}")
         sdk = anthropic.AsyncAnthropic(base_url=llm.base_url, api_key="bench-key", max_retries=0)
+        oai = openai.AsyncOpenAI(base_url=llm.openai_base_url, api_key="test", max_retries=0)
         warm = f"warm-{uuid.uuid4().hex[:6]}"
         polled = f"polled-{uuid.uuid4().hex[:6]}"
         for conversation in (warm, polled):
@@ -251,6 +342,26 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
                 async for event in stream:
                     if event.type == "content_block_delta" and event.delta.type == "text_delta":
                         return
+
+        async def direct_openai() -> None:
+            stream = await oai.responses.create(model="gpt-5.5", input="hi", stream=True)
+            async for event in stream:
+                if event.type == "response.output_text.delta":
+                    await stream.close()
+                    return
+
+        async def peer_turns() -> dict[str, float]:
+            """One turn of each peer path still measured; a failing peer stops being run."""
+            figures: dict[str, float] = {}
+            if isinstance(peer_run, str):
+                return figures
+            for name, config, kind in PEER_PATHS:
+                if name not in peer_errors:
+                    try:
+                        figures[f"{name}/{config}/{kind}"] = await peer_run.turn(name, config, kind)
+                    except Exception as exc:
+                        peer_errors[name] = f"{config} {kind} turn: {exc}"[:500]
+            return figures
 
         timelines: dict[str, list[dict[str, float]]] = {"warm": [], "first": []}
         costs: dict[str, dict[str, int]] = {}
@@ -300,6 +411,7 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
             k: []
             for k in (
                 "direct",
+                "direct_openai",
                 "warm",
                 "first",
                 "polled",
@@ -307,6 +419,7 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
                 "floor",
                 "contract",
                 "contract_first",
+                *(f"{n}/{c}/{k}" for n, c, k in PEER_PATHS),
             )
         }
         warmup = 2
@@ -314,6 +427,7 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
             for i in range(warmup + rounds):
                 figures = {
                     "direct": await timed(direct),
+                    "direct_openai": await timed(direct_openai),
                     "warm": await engine(warm, "warm"),
                     "first": await engine(f"first-{uuid.uuid4().hex[:8]}", "first"),
                     "polled": await timed(engine_polled),
@@ -321,6 +435,7 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
                     "floor": await floor_outside(),
                     "contract": await floor_contract(floor_conversation),
                     "contract_first": await floor_contract(f"floor-{uuid.uuid4().hex[:8]}"),
+                    **await peer_turns(),
                 }
                 await turns.wait(polled, (await turns.state(polled)).recent[-1].request_id)
                 if i >= warmup:
@@ -328,6 +443,9 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
                         samples[key].append(value)
         finally:
             await sdk.close()
+            await oai.close()
+            if not isinstance(peer_run, str):
+                await peer_run.stop()
             await turns.aclose()
             worker.stop()
             floor_worker.stop()
@@ -374,16 +492,126 @@ async def run(rounds: int) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
                 " way back to the client is not counted)",
             )
         )
+    rows += peer_rows(samples, peer_errors, pace) + lowest_rows(samples)
     for kind, turn in (("warm", "warm turn"), ("first", "first turn")):
         rows += timeline_rows(kind, turn, timelines[kind][warmup:], costs[kind])
     meta = run_meta(
-        f"time to first token, {rounds} rounds after {warmup} warm-up rounds",
-        f"python -m bench.ttft --rounds {rounds}",
+        f"time to first token, {rounds} rounds after {warmup} warm-up rounds"
+        + (f", the mock pacing its tokens at {pace:g}/s" if pace else ""),
+        f"python -m bench.ttft --rounds {rounds}" + (f" --pace {pace:g}" if pace else ""),
         load_start,
         server,
     )
-    raw = {"samples_s": samples, "timelines_s": timelines, "costs": costs}
+    raw = {
+        "samples_s": samples,
+        "timelines_s": timelines,
+        "costs": costs,
+        "peer_errors": peer_errors,
+        "peer_configs_ms": {
+            c: dict(zip(("batch", "cooldown"), v, strict=True))
+            for c, v in ttft_peers.CONFIGS.items()
+        },
+    }
     return rows, raw, meta
+
+
+def added_ms(samples: dict[str, list[float]], key: str, direct: str) -> float:
+    """A path's median over the median direct call of its wire format, in ms."""
+    return (median(samples[key]) - median(samples[direct])) * 1000
+
+
+UNPACED = (
+    "; the mock sent the reply at once, so the activity's stream went out in its exit flush,"
+    " the whole reply together, whatever the flush interval (`--pace` paces the tokens)"
+)
+
+
+def peer_rows(
+    samples: dict[str, list[float]], errors: dict[str, str], pace: float = 0.0
+) -> list[Row]:
+    """The direct OpenAI call, then each peer's streaming paths against its own direct call."""
+    rows = [
+        Row(
+            "ttft",
+            "direct SDK call, OpenAI Responses: first text delta",
+            ms(median(samples["direct_openai"])),
+            "the floor of OpenAI's wire format",
+            note="`AsyncOpenAI.responses.create(stream=True)` on the same mock, to the first"
+            " `response.output_text.delta`: the OpenAI Agents SDK peer's floor",
+        )
+    ]
+    for name in ttft_peers.MODULES:
+        if not any(samples[f"{name}/{c}/{k}"] for _, c, k in PEER_PATHS):
+            note = f"not measured: {errors.get(name, '?')}"
+            rows.append(Row("ttft", f"peer: {PEER_LABELS[name]}", "—", note=note))
+            continue
+        for config, kind in ((c, k) for n, c, k in PEER_PATHS if n == name):
+            rows.append(peer_row(samples, name, config, kind, peer_note(name, config, kind, pace)))
+        if name in errors:
+            rows.append(
+                Row("ttft", f"peer: {PEER_LABELS[name]}", "—", note=f"failed: {errors[name]}")
+            )
+    return rows
+
+
+def peer_row(samples: dict[str, list[float]], name: str, config: str, kind: str, note: str) -> Row:
+    key, direct = f"{name}/{config}/{kind}", PEER_DIRECT[name]
+    label = f"peer: {PEER_LABELS[name]}, {config}, {kind} turn"
+    if not samples[key]:
+        return Row("ttft", label, "—", note="no sample")
+    return Row(
+        "ttft",
+        label,
+        ms(median(samples[key])),
+        f"+{added_ms(samples, key, direct):.1f} ms over its direct call"
+        + (" (OpenAI)" if direct == "direct_openai" else ""),
+        note=note,
+    )
+
+
+def peer_note(name: str, config: str, kind: str, pace: float) -> str:
+    """What a peer's path is, on its first row; its tuned settings, on the first tuned row."""
+    if kind != "warm":
+        return ""
+    if config == "defaults":
+        return f"{PEER_NOTES[name]}; {KINDS['warm']}; {KINDS['first']}" + ("" if pace else UNPACED)
+    batch, cooldown = ttft_peers.CONFIGS[config]
+    return f"its stream flushed every {batch:.0f} ms, the client polling every {cooldown:.0f} ms"
+
+
+def lowest_rows(samples: dict[str, list[float]]) -> list[Row]:
+    """The issue's target: durable-turns' first token the lowest of all, warm and first.
+
+    Each path is judged by what it adds over the direct call of its own wire format, so the
+    two formats' own speeds do not count; the contenders are the peers' paths of that kind
+    (both configurations) and Temporal's own workflow_streams baseline."""
+    rows: list[Row] = []
+    for kind in ("warm", "first"):
+        ours = added_ms(samples, kind, "direct")
+        rivals = {"Temporal's workflow_streams": added_ms(samples, "streams", "direct")}
+        for name, config, k in PEER_PATHS:
+            if k == kind and samples[f"{name}/{config}/{k}"]:
+                rivals[f"{name}, {config}"] = added_ms(
+                    samples, f"{name}/{config}/{k}", PEER_DIRECT[name]
+                )
+        best, best_ms = min(rivals.items(), key=lambda item: item[1])
+        measured = len(rivals) > 1
+        rows.append(
+            Row(
+                "ttft",
+                f"durable-turns lowest of all, {kind}",
+                f"+{ours:.1f} ms",
+                f"lowest other: {best} +{best_ms:.1f} ms",
+                ours / best_ms if best_ms > 0 else None,
+                "lowest added ms of all",
+                "met" if ours <= best_ms else "MISSED",
+                note="added = the path's median − the median direct call of its wire format, same"
+                f" run; contenders ({kind} turn): "
+                + ", ".join(f"{n} +{v:.1f} ms" for n, v in rivals.items())
+                + ("" if measured else "; the peers not measured (their rows say why)"),
+            )
+        )
+    return rows
 
 
 def timeline_rows(
@@ -414,14 +642,22 @@ def timeline_rows(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument(
+        "--pace",
+        type=float,
+        default=0.0,
+        help="the mock sends its tokens this many a second (default 0: as fast as it can);"
+        " writes ttft-paced.md/.json instead",
+    )
     args = parser.parse_args()
     warnings.filterwarnings("ignore", category=DeprecationWarning)  # the SDK's model notices
     started = time.monotonic()
-    rows, raw, meta = asyncio.run(run(args.rounds))
+    rows, raw, meta = asyncio.run(run(args.rounds, args.pace))
     meta["seconds"] = round(time.monotonic() - started)
     print(render_text(rows))
+    name = "ttft-paced" if args.pace else "ttft"
     with contextlib.suppress(Exception):
-        print(f"written: {write_results(meta, rows, raw, 'ttft')}")
+        print(f"written: {write_results(meta, rows, raw, name)}")
 
 
 if __name__ == "__main__":
