@@ -608,7 +608,9 @@ def lowest_rows(samples: dict[str, list[float]]) -> list[Row]:
                 note="added = the path's median − the median direct call of its wire format, same"
                 f" run; contenders ({kind} turn): "
                 + ", ".join(f"{n} +{v:.1f} ms" for n, v in rivals.items())
-                + ("" if measured else "; the peers not measured (their rows say why)"),
+                + ("" if measured else "; the peers not measured (their rows say why)")
+                + "; the peers' and the baseline's workflows run in the Worker's default sandbox"
+                " (as the peers' plugins set it up), the engine's outside it (its default)",
             )
         )
     return rows
