@@ -5,10 +5,11 @@ instead of the engine (one workflow per turn, an activity per model step and per
 ``FloorConversation`` is the same turns in the shape of the engine's wire contract
 (DESIGN.md §4): an update-with-start on a conversation workflow (with an "open" activity when
 it starts, as the engine's, or without: the contract floor) that runs each request as a child
-workflow and answers with its result. The activities do nothing and carry a few bytes, so
-what a floor turn costs is what Temporal itself costs for that shape. ``FloorStamp`` runs one
-activity that answers with the time it started: how long a client waits before any turn
-could call its model.
+workflow and answers with its result (a request naming a ``child`` workflow type runs that
+instead: ``bench.pace_floor``'s turn at a model's pace). The activities do nothing and carry
+a few bytes, so what a floor turn costs is what Temporal itself costs for that shape.
+``FloorStamp`` runs one activity that answers with the time it started: how long a client
+waits before any turn could call its model.
 
     python -m bench.floor TASK_QUEUE      a floor worker process (env TEMPORAL_ADDRESS)
 
@@ -64,7 +65,7 @@ class FloorStamp:
 @workflow.defn(name="FloorConversation")
 class FloorConversation:
     def __init__(self) -> None:
-        self._queue: deque[tuple[str, int, bool]] = deque()
+        self._queue: deque[dict[str, Any]] = deque()
         self._done: dict[str, Any] = {}
         self._turns = 0
 
@@ -77,25 +78,29 @@ class FloorConversation:
             await workflow.execute_activity(noop, 0, start_to_close_timeout=TIMEOUT)
         while True:
             await workflow.wait_condition(lambda: bool(self._queue))
-            request_id, activities, stamped = self._queue.popleft()
+            request = self._queue.popleft()
+            request_id = str(request["request_id"])
             self._turns += 1
             turn_id = f"{workflow.info().workflow_id}/turn-{self._turns}"
-            if stamped:
+            if request.get("child"):  # another bench's turn workflow (``bench.pace_floor``)
+                self._done[request_id] = await workflow.execute_child_workflow(
+                    str(request["child"]), request.get("arg"), id=turn_id
+                )
+            elif request.get("stamp"):
                 self._done[request_id] = await workflow.execute_child_workflow(
                     FloorStamp.run, id=turn_id
                 )
             else:
                 self._done[request_id] = await workflow.execute_child_workflow(
-                    FloorTurn.run, activities, id=turn_id
+                    FloorTurn.run, int(request.get("activities", 0)), id=turn_id
                 )
 
     @workflow.update(name="send")
     async def send(self, request: dict[str, Any]) -> Any:
-        """The turn's result: its activity count, or (``stamp``) when its activity started."""
+        """The turn's result: its activity count, (``stamp``) when its activity started, or
+        (``child``) the result of that workflow type run with ``arg``."""
         request_id = str(request["request_id"])
-        self._queue.append(
-            (request_id, int(request.get("activities", 0)), bool(request.get("stamp")))
-        )
+        self._queue.append(request)
         await workflow.wait_condition(lambda: request_id in self._done)
         return self._done.pop(request_id)
 
@@ -112,12 +117,17 @@ class FloorCall:
 WORKFLOWS = [FloorTurn, FloorStamp, FloorConversation, FloorCall]
 
 
-def floor_worker(client: Client, task_queue: str, activities: list[Any] | None = None) -> Worker:
+def floor_worker(
+    client: Client,
+    task_queue: str,
+    activities: list[Any] | None = None,
+    workflows: list[Any] | None = None,
+) -> Worker:
     """Same concurrency limits as the engine's worker (``worker.running_worker``)."""
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=WORKFLOWS,
+        workflows=[*WORKFLOWS, *(workflows or [])],
         activities=[noop, stamp, *(activities or [])],
         max_concurrent_activities=200,
     )
@@ -153,6 +163,15 @@ async def send(
     return int(await _send(client, task_queue, conversation, request, opened))
 
 
+async def send_child(
+    client: Client, task_queue: str, conversation: str, request_id: str, child: str, arg: Any
+) -> Any:
+    """A turn in the wire contract's shape whose child is the workflow type ``child`` run with
+    ``arg`` (a new conversation starts without the "open" activity); its result."""
+    request = {"request_id": request_id, "child": child, "arg": arg}
+    return await _send(client, task_queue, conversation, request, opened=False)
+
+
 async def send_stamped(
     client: Client, task_queue: str, conversation: str, request_id: str
 ) -> float:
@@ -174,7 +193,14 @@ async def bare(client: Client, task_queue: str, workflow_id: str, activities: in
     )
 
 
-async def _serve(task_queue: str) -> None:
+async def serve(
+    task_queue: str,
+    activities: list[Any] | None = None,
+    workflows: list[Any] | None = None,
+    ready: str = "floor worker ready",
+) -> None:
+    """A floor worker process until SIGTERM (``activities``/``workflows``: another bench's,
+    besides the floor's); prints ``ready`` once it polls."""
     from temporalio.contrib.pydantic import pydantic_data_converter
 
     client = await Client.connect(
@@ -184,10 +210,10 @@ async def _serve(task_queue: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with floor_worker(client, task_queue):
-        print("floor worker ready", flush=True)
+    async with floor_worker(client, task_queue, activities, workflows):
+        print(ready, flush=True)
         await stop.wait()
 
 
 if __name__ == "__main__":
-    asyncio.run(_serve(sys.argv[1]))
+    asyncio.run(serve(sys.argv[1]))
