@@ -368,9 +368,10 @@ def start_engine_worker(
 
 
 def start_floor_worker(
-    address: str, task_queue: str, tmp: Path, python: str = sys.executable
+    address: str, task_queue: str, tmp: Path, python: str = sys.executable, **env_vars: str
 ) -> WorkerProcess:
-    env = {**os.environ, "TEMPORAL_ADDRESS": address, "PYTHONPATH": str(ROOT)}
+    """A ``bench.floor`` worker process (``env_vars``: e.g. ``FLOOR_SANDBOX="off"``)."""
+    env = {**os.environ, "TEMPORAL_ADDRESS": address, "PYTHONPATH": str(ROOT), **env_vars}
     worker = WorkerProcess(
         [python, "-m", "bench.floor", task_queue],
         env,

@@ -1,6 +1,6 @@
 """What the engine adds to the contract floor, on a next turn: latency and worker CPU, alone.
 
-    python -m bench.contract_floor [--rounds 40] [--cpu-rounds 6] [--cpu-turns 20]
+    python -m bench.contract_floor [--rounds 40] [--cpu-rounds 6] [--cpu-turns 20] [--variants]
         [--engine NAME[:KEY=VALUE,...]]... [--engine-root NAME=DIR]... [--out STEM]
 
 The two rows of section 6 this is about (``python -m bench``'s durable-turns next turn by
@@ -23,6 +23,12 @@ scripted turn), each a worker process of its own against one dev server, all in 
 * What a turn costs the server and the worker, from the histories of one turn of each system
   (the conversation's and the turn's): workflow tasks, the time the worker held them
   (task started → completed), local activities, search-attribute upserts, events.
+
+``--variants`` adds two more floors, each a worker process of its own: the contract floor
+outside temporalio's sandbox (the engine's workflows run outside it by default; the reference
+floor runs in it, the Worker's default), alone and with a no-op local activity before and
+after its activity, the shape of the engine's ``begin_turn`` and ``finish_turn``: the
+engine's own shape with none of its work.
 
 ``--engine NAME:KEY=VALUE,...`` adds an engine worker run with those environment variables
 (e.g. ``--engine lean:TURNS_WORKFLOW_SANDBOX=off``), ``--engine-root NAME=DIR`` one run from
@@ -79,6 +85,8 @@ class System:
     queue: str
     engine: bool
     conversation: str
+    bookkeeping: bool = False
+    """A floor whose turns run a local activity before and after, as the engine's do."""
     turns: int = 0
     """Turns the current conversation has had."""
     latency: list[float] = field(default_factory=list)
@@ -97,6 +105,19 @@ def _engine(address: str, tmp: Path, name: str, root: Path, env: dict[str, str])
     )
     worker.wait_ready()
     return System(name, worker, queue, True, f"cf-{name}-{uuid.uuid4().hex[:8]}")
+
+
+VARIANTS = {"floor-unsandboxed": False, "floor-unsandboxed+bookkeeping": True}
+"""``--variants``: the contract floor outside the sandbox (as the engine's workflows run by
+default), alone and with the engine's two bookkeeping local activities around its activity:
+the engine's own shape with none of its work, to tell what its code costs from what its
+shape costs."""
+
+
+def _floor(address: str, tmp: Path, name: str, bookkeeping: bool) -> System:
+    queue = f"cf-{name}-{uuid.uuid4().hex[:6]}".replace("+", "-")
+    worker = start_floor_worker(address, queue, tmp, FLOOR_SANDBOX="off")
+    return System(name, worker, queue, False, f"{queue}-{uuid.uuid4().hex[:8]}", bookkeeping)
 
 
 async def turn(client: Client, system: System, model: str, per_conversation: int) -> float:
@@ -119,7 +140,15 @@ async def _send(client: Client, system: System, model: str) -> None:
         await engine_send(client, system.queue, system.conversation, model)
     else:
         request = uuid.uuid4().hex
-        await floor.send(client, system.queue, system.conversation, request, 1, opened=False)
+        await floor.send(
+            client,
+            system.queue,
+            system.conversation,
+            request,
+            1,
+            opened=False,
+            bookkeeping=system.bookkeeping,
+        )
 
 
 async def shape(client: Client, system: System, turn_number: int) -> dict[str, Any]:
@@ -217,6 +246,11 @@ async def run(args: argparse.Namespace) -> int:
                     f"cf-floor-{uuid.uuid4().hex[:8]}",
                 )
             ]
+            if args.variants:
+                systems += [
+                    await asyncio.to_thread(_floor, address, tmp, name, bookkeeping)
+                    for name, bookkeeping in VARIANTS.items()
+                ]
             for name, root, env in engines:
                 systems.append(await asyncio.to_thread(_engine, address, tmp, name, root, env))
             try:
@@ -287,8 +321,12 @@ def report(
         ),
     ]
     for s in systems[1:]:
+        if not s.engine:
+            rows += _variant_rows(s, f_lat, f_cpu, median(pairs[s.name]))
+            continue
         lat, cpu = median(s.latency), median(s.cpu)
         paired = median(pairs[s.name])
+        shaped = next((v for v in systems if v.bookkeeping), None)
         rows.append(
             Row(
                 "floor",
@@ -310,7 +348,14 @@ def report(
                 cpu / f_cpu,
                 f"≤ {TARGETS['cpu']}× contract floor",
                 "met" if cpu / f_cpu <= TARGETS["cpu"] else "MISSED",
-                note="batches: " + ", ".join(f"{c * 1000:.1f}" for c in s.cpu) + " ms",
+                note="batches: "
+                + ", ".join(f"{c * 1000:.1f}" for c in s.cpu)
+                + " ms"
+                + (
+                    f"; {cpu / median(shaped.cpu):.2f}× {shaped.name} ({ms(median(shaped.cpu))})"
+                    if shaped
+                    else ""
+                ),
             )
         )
     for s in systems:
@@ -340,6 +385,29 @@ def report(
     return rows, raw
 
 
+def _variant_rows(s: System, f_lat: float, f_cpu: float, paired: float) -> list[Row]:
+    """A floor variant's latency and CPU against the reference floor (no target)."""
+    lat, cpu = median(s.latency), median(s.cpu)
+    return [
+        Row(
+            "variant",
+            f"{s.name}: next turn, 1 step, latency",
+            ms(lat),
+            f"contract floor {ms(f_lat)}",
+            lat / f_lat,
+            note=f"median of the per-round ratios {paired:.2f}×",
+        ),
+        Row(
+            "variant",
+            f"{s.name}: worker CPU per 1-step next turn",
+            ms(cpu),
+            f"contract floor {ms(f_cpu)}",
+            cpu / f_cpu,
+            note="batches: " + ", ".join(f"{c * 1000:.1f}" for c in s.cpu) + " ms",
+        ),
+    ]
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.contract_floor", description=__doc__)
     p.add_argument("--rounds", type=int, default=40)
@@ -354,6 +422,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--engine", action="append", help="NAME[:KEY=VALUE,...] (repeatable)")
     p.add_argument("--engine-root", action="append", help="NAME=DIR: a checkout (repeatable)")
+    p.add_argument(
+        "--variants",
+        action="store_true",
+        help="also the floor outside the sandbox, alone and with two bookkeeping local activities",
+    )
     p.add_argument("--tmp", default="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
     p.add_argument("--out", default="contract-floor")
     return p.parse_args(argv)

@@ -30,7 +30,7 @@ from typing import Any
 from temporalio import activity, workflow
 from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 TIMEOUT = timedelta(minutes=2)
 
@@ -49,9 +49,15 @@ async def stamp() -> float:
 @workflow.defn(name="FloorTurn")
 class FloorTurn:
     @workflow.run
-    async def run(self, activities: int) -> int:
+    async def run(self, activities: int, bookkeeping: bool = False) -> int:
+        """``bookkeeping``: a no-op local activity before the activities and one after, the
+        shape of the engine's ``begin_turn`` and ``finish_turn``."""
+        if bookkeeping:
+            await workflow.execute_local_activity(noop, -1, start_to_close_timeout=TIMEOUT)
         for i in range(activities):
             await workflow.execute_activity(noop, i, start_to_close_timeout=TIMEOUT)
+        if bookkeeping:
+            await workflow.execute_local_activity(noop, -2, start_to_close_timeout=TIMEOUT)
         return activities
 
 
@@ -92,7 +98,9 @@ class FloorConversation:
                 )
             else:
                 self._done[request_id] = await workflow.execute_child_workflow(
-                    FloorTurn.run, int(request.get("activities", 0)), id=turn_id
+                    FloorTurn.run,
+                    args=[int(request.get("activities", 0)), bool(request.get("bookkeeping"))],
+                    id=turn_id,
                 )
 
     @workflow.update(name="send")
@@ -123,13 +131,17 @@ def floor_worker(
     activities: list[Any] | None = None,
     workflows: list[Any] | None = None,
 ) -> Worker:
-    """Same concurrency limits as the engine's worker (``worker.running_worker``)."""
+    """Same concurrency limits as the engine's worker (``worker.running_worker``). The
+    workflows run in temporalio's sandbox, the Worker's default and so what a user's own
+    workflows would pay, unless ``FLOOR_SANDBOX=off`` (as the engine's own run by default)."""
+    unsandboxed = os.environ.get("FLOOR_SANDBOX") == "off"
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[*WORKFLOWS, *(workflows or [])],
         activities=[noop, stamp, *(activities or [])],
         max_concurrent_activities=200,
+        **({"workflow_runner": UnsandboxedWorkflowRunner()} if unsandboxed else {}),
     )
 
 
@@ -156,10 +168,12 @@ async def send(
     request_id: str,
     activities: int,
     opened: bool = True,
+    bookkeeping: bool = False,
 ) -> int:
     """One floor turn: the same client call as ``TurnsClient.send`` (update-with-start); a
-    new conversation runs its "open" activity first unless ``opened`` is False."""
-    request = {"request_id": request_id, "activities": activities}
+    new conversation runs its "open" activity first unless ``opened`` is False;
+    ``bookkeeping``: the turn runs a local activity before and after (``FloorTurn``)."""
+    request = {"request_id": request_id, "activities": activities, "bookkeeping": bookkeeping}
     return int(await _send(client, task_queue, conversation, request, opened))
 
 
