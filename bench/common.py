@@ -202,14 +202,17 @@ def versions() -> dict[str, str]:
 
 
 def code_version() -> str:
-    """The repository's commit, and whether the work tree differs from it."""
+    """The repository's commit, and whether the tracked files outside ``bench/`` differ from
+    it (untracked files, such as a worktree's ``tests/js/node_modules`` link, do not count)."""
 
     def git(*args: str) -> str:
         run = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
         return run.stdout
 
     commit = git("rev-parse", "--short", "HEAD").strip() or "unknown"
-    changed = [line[3:] for line in git("status", "--porcelain").splitlines()]
+    changed = [
+        line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()
+    ]
     dirty = any(not path.startswith("bench/") for path in changed)
     return f"commit {commit}" + (" + uncommitted changes" if dirty else "")
 
