@@ -1,22 +1,30 @@
-"""``bench.ttft``'s pydantic-ai peer on its streaming path (peers' venv only).
+"""The pydantic-ai peer on its streaming path, for ``bench.ttft`` and ``bench.pace`` (peers'
+venv only; served by ``bench.stream_peers``).
 
 pydantic-ai's documented Temporal streaming path (``pydantic_ai.durable_exec.temporal``):
 ``TemporalDurability(event_stream_topic=WorkflowStreamTopic(...))`` installs its
 ``workflow_stream_event_handler`` as the agent's event stream handler, which runs inside the
 model-request activity and publishes each event to that topic of a Temporal
 ``workflow_streams`` stream (``AgentEventStream``, hosted by the workflow), flushed every
-``batch_interval``; the client reads them with ``stream_agent_events`` and takes the first
-text (a ``PartStartEvent`` of a ``TextPart`` with text, or a ``TextPartDelta``). The model is
-pydantic-ai's own ``AnthropicModel`` with a provider pointed at the local mock.
+``batch_interval`` (the worker's ``STREAM_PEER_BATCH_MS``); the workflow publishes its own
+events and the terminal result. The model is pydantic-ai's own ``AnthropicModel`` with a
+provider at the local mock (``ANTHROPIC_BASE_URL``). The agent is built at import, as the
+workflow class names it, its tools fixed then (a Temporal agent's cannot change at run
+time): ``get_weather``, the agent's tool, where the worker serves ``bench.pace``
+(``STREAM_PEER_TOOLS``); none for ``bench.ttft``. One agent only: the sandbox re-imports
+this module for every workflow run, and building an agent takes some 25 ms.
 
-The worker's batch interval is ``TTFT_PEER_BATCH_MS`` (the agent is built at import, as the
-workflow class names it; ``ANTHROPIC_BASE_URL``: the mock).
+The client side of ``bench.ttft`` (``bench.stream_peers client``): ``events`` reads
+``stream_agent_events``, which acknowledges the terminal event (the workflow waits for that),
+so the client reads to the end; ``is_text`` picks the first text (a ``PartStartEvent`` of a
+``TextPart`` with text, or a ``TextPartDelta``). ``bench.pace`` subscribes from the
+project's interpreter instead and sends the acknowledgement itself (``bench.pace.peer_turn``).
 """
 
 from __future__ import annotations
 
 import os
-import time
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -42,26 +50,37 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.anthropic import AnthropicModel
 from pydantic_ai.providers.anthropic import AnthropicProvider
 from temporalio import workflow
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-TOPIC = "events"
-MODEL = "claude-sonnet-4-5"  # any name: the local server answers every one
-BATCH = timedelta(milliseconds=float(os.environ.get("TTFT_PEER_BATCH_MS", "100")))
+with workflow.unsafe.imports_passed_through():
+    from bench.pace_tools import weather
+    from bench.stream_peers import KEY, TOPIC, batch_interval, with_tools
 
-model = AnthropicModel(
-    MODEL,
-    provider=AnthropicProvider(
-        base_url=os.environ.get("ANTHROPIC_BASE_URL", "http://127.0.0.1:1"), api_key="test"
-    ),
+MODEL = "claude-sonnet-4-5"  # any name: the local server answers every one
+READ_TO_END = True
+"""``stream_agent_events`` acknowledges the terminal event; the workflow waits for it."""
+
+
+provider = AnthropicProvider(
+    base_url=os.environ.get("ANTHROPIC_BASE_URL", "http://127.0.0.1:1"), api_key=KEY
 )
-agent = Agent(
-    model,
+topic = WorkflowStreamTopic(TOPIC, batch_interval=batch_interval())
+agent: Any = Agent(
+    AnthropicModel(MODEL, provider=provider),
     name="bench_stream",
-    capabilities=[
-        TemporalDurability(event_stream_topic=WorkflowStreamTopic(TOPIC, batch_interval=BATCH))
-    ],
+    instructions="Answer briefly.",
+    capabilities=[TemporalDurability(event_stream_topic=topic)],
 )
+
+
+async def get_weather(location: str) -> str:
+    """Current weather for a location."""
+    return weather(location)
+
+
+if with_tools():
+    agent.tool_plain(name="get_weather")(get_weather)
 
 
 @workflow.defn(name="PydanticAIStreamedTurn")
@@ -85,7 +104,8 @@ class PydanticAIStreamedTurn(PydanticAIWorkflow):
         return str(result.output)
 
 
-async def connect(address: str) -> Client:
+async def connect(address: str, worker: bool) -> Client:
+    """A client with the plugin (its data converter), the worker's or the subscriber's."""
     return await Client.connect(address, plugins=[PydanticAIPlugin()])
 
 
@@ -93,31 +113,13 @@ def worker(client: Client, task_queue: str) -> Worker:
     return Worker(client, task_queue=task_queue, workflows=[PydanticAIStreamedTurn])
 
 
+def events(
+    client: Client, handle: WorkflowHandle[Any, Any], cooldown: timedelta
+) -> AsyncIterator[Any]:
+    return stream_agent_events(client, handle, TOPIC, poll_cooldown=cooldown)
+
+
 def is_text(event: Any) -> bool:
     if isinstance(event, PartStartEvent):
         return isinstance(event.part, TextPart) and bool(event.part.content)
     return isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta)
-
-
-async def turn(
-    client: Client,
-    task_queue: str,
-    workflow_id: str,
-    prior: list[dict[str, str]],
-    cooldown_ms: float,
-) -> float:
-    """Seconds from the client's call to the first text; then the run is read to its end (the
-    subscriber's acknowledgment lets the workflow finish) and awaited."""
-    began = time.perf_counter()
-    handle = await client.start_workflow(
-        "PydanticAIStreamedTurn", args=["hi", prior], id=workflow_id, task_queue=task_queue
-    )
-    took: float | None = None
-    cooldown = timedelta(milliseconds=cooldown_ms)
-    async for event in stream_agent_events(client, handle, TOPIC, poll_cooldown=cooldown):
-        if took is None and is_text(event):
-            took = time.perf_counter() - began
-    await handle.result()
-    if took is None:
-        raise RuntimeError("the stream ended without text")
-    return took
