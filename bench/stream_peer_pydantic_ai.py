@@ -37,16 +37,7 @@ from pydantic_ai.durable_exec.temporal import (
     WorkflowStreamTopic,
     stream_agent_events,
 )
-from pydantic_ai.messages import (
-    ModelMessage,
-    ModelRequest,
-    ModelResponse,
-    PartDeltaEvent,
-    PartStartEvent,
-    TextPart,
-    TextPartDelta,
-    UserPromptPart,
-)
+from pydantic_ai.messages import PartDeltaEvent, PartStartEvent, TextPart, TextPartDelta
 from pydantic_ai.models.anthropic import AnthropicModel
 from pydantic_ai.providers.anthropic import AnthropicProvider
 from temporalio import workflow
@@ -55,6 +46,7 @@ from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
     from bench.pace_tools import weather
+    from bench.pydantic_ai_history import history
     from bench.stream_peers import KEY, TOPIC, batch_interval, with_tools
 
 MODEL = "claude-sonnet-4-5"  # any name: the local server answers every one
@@ -93,14 +85,8 @@ class PydanticAIStreamedTurn(PydanticAIWorkflow):
 
     @workflow.run
     async def run(self, prompt: str, prior: list[dict[str, str]]) -> str:
-        history: list[ModelMessage] = [
-            ModelRequest(parts=[UserPromptPart(m["text"])])
-            if m["role"] == "user"
-            else ModelResponse(parts=[TextPart(m["text"])])
-            for m in prior
-        ]
         async with self.events:
-            result = await agent.run(prompt, message_history=history)
+            result = await agent.run(prompt, message_history=history(prior))
         return str(result.output)
 
 
