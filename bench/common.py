@@ -202,14 +202,17 @@ def versions() -> dict[str, str]:
 
 
 def code_version() -> str:
-    """The repository's commit, and whether the work tree differs from it."""
+    """The repository's commit, and whether the tracked files outside ``bench/`` differ from
+    it (untracked files, such as a worktree's ``tests/js/node_modules`` link, do not count)."""
 
     def git(*args: str) -> str:
         run = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
         return run.stdout
 
     commit = git("rev-parse", "--short", "HEAD").strip() or "unknown"
-    changed = [line[3:] for line in git("status", "--porcelain").splitlines()]
+    changed = [
+        line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()
+    ]
     dirty = any(not path.startswith("bench/") for path in changed)
     return f"commit {commit}" + (" + uncommitted changes" if dirty else "")
 
@@ -338,6 +341,33 @@ class WorkerProcess:
         self._log.close()
 
 
+def ready_worker(worker: WorkerProcess, timeout: float = 90) -> WorkerProcess:
+    """``worker`` once it is ready; stopped if it is not."""
+    try:
+        worker.wait_ready(timeout)
+    except Exception:
+        worker.stop()
+        raise
+    return worker
+
+
+def start_worker(cmd: list[str], env: dict[str, str], log: Path, marker: str) -> WorkerProcess:
+    """A worker process (``WorkerProcess``) started and ready."""
+    return ready_worker(WorkerProcess(cmd, env, log, marker))
+
+
+async def serve_worker(worker: Any, ready: str) -> None:
+    """Inside a worker process: run ``worker`` (a temporalio ``Worker``) until SIGINT or
+    SIGTERM, printing ``ready`` once it polls (``WorkerProcess``'s marker)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    async with worker:
+        print(ready, flush=True)
+        await stop.wait()
+
+
 def engine_env(address: str, task_queue: str, tmp: Path, **extra: str) -> dict[str, str]:
     """The environment of ``python worker.py`` for one benchmark (its own queue and store)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TURNS_")}
@@ -357,14 +387,12 @@ def start_engine_worker(
     address: str, task_queue: str, tmp: Path, python: str = sys.executable, **extra: str
 ) -> WorkerProcess:
     """``python worker.py`` (``python``: the project's interpreter, this one by default)."""
-    worker = WorkerProcess(
+    return start_worker(
         [python, str(ROOT / "worker.py")],
         engine_env(address, task_queue, tmp, **extra),
         tmp / f"worker-{task_queue}-{uuid.uuid4().hex[:4]}.log",
         "worker ready",
     )
-    worker.wait_ready()
-    return worker
 
 
 def start_floor_worker(
@@ -372,14 +400,12 @@ def start_floor_worker(
 ) -> WorkerProcess:
     """A ``bench.floor`` worker process (``env_vars``: e.g. ``FLOOR_SANDBOX="off"``)."""
     env = {**os.environ, "TEMPORAL_ADDRESS": address, "PYTHONPATH": str(ROOT), **env_vars}
-    worker = WorkerProcess(
+    return start_worker(
         [python, "-m", "bench.floor", task_queue],
         env,
         tmp / f"floor-{task_queue}.log",
         "floor worker ready",
     )
-    worker.wait_ready()
-    return worker
 
 
 # --- scripts and transcripts ---------------------------------------------------------------------

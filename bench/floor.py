@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import sys
 import time
 from collections import deque
@@ -217,16 +216,12 @@ async def serve(
     besides the floor's); prints ``ready`` once it polls."""
     from temporalio.contrib.pydantic import pydantic_data_converter
 
+    from bench.common import serve_worker  # here: this module's workflows run sandboxed
+
     client = await Client.connect(
         os.environ["TEMPORAL_ADDRESS"], data_converter=pydantic_data_converter
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with floor_worker(client, task_queue, activities, workflows):
-        print(ready, flush=True)
-        await stop.wait()
+    await serve_worker(floor_worker(client, task_queue, activities, workflows), ready)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,9 @@ a text answer. One turn of each system per round, the order rotating round by ro
   activities make the direct SDK call per step and the tool call between steps, the deltas
   relayed to the client over a direct TCP connection: what the contract's hop costs at pace;
 * **OpenAI Agents SDK + Temporal plugin** and **pydantic-ai + Temporal**
-  (``bench.pace_peers``, in the peers' venv, a worker process each): real model classes
+  (``bench.stream_peers``: the workflows of ``bench.stream_peer_openai_agents`` and
+  ``bench.stream_peer_pydantic_ai``, shared with ``bench.ttft``, on workers whose agents have
+  the tool; in the peers' venv, a worker process each): real model classes
   (``OpenAIResponsesModel``, ``AnthropicModel``) at the mock, ``get_weather`` as each one's
   tool, streaming through ``temporalio.contrib.workflow_streams`` (openai-agents:
   ``Runner.run_streamed`` with the plugin's ``streaming_topic``; pydantic-ai:
@@ -62,15 +64,17 @@ from bench.common import (
     loadavg,
     median,
     ms,
+    ready_worker,
     render_text,
     run_meta,
     start_engine_worker,
+    start_worker,
     temporal_server,
     write_results,
 )
-from bench.pace_peers import TOPIC
 from bench.pace_sdk import ANTHROPIC_MODEL, OPENAI_DELTAS, anthropic_loop, openai_loop
 from bench.peers import VENV, ensure_venv
+from bench.stream_peers import TOPIC, WORKFLOWS, peer_worker
 from tests.llm_server import FIXTURES, LLMServer, Reply
 
 TOOL_STEP, TEXT_STEP = "anthropic/tool_use.sse", "anthropic/text_basic.sse"
@@ -88,8 +92,8 @@ OPENAI_CALL = {  # the recorded call is final_result({"result": 6666}): make it 
 TARGET_RATIO = 1.02
 DELTAS = ("text-delta", "tool-input-delta")
 PEERS = {
-    "openai-agents": ("PaceOpenAIAgentsTurn", "OpenAI Agents SDK + Temporal plugin", "openai"),
-    "pydantic-ai": ("PacePydanticAITurn", "pydantic-ai + Temporal", "anthropic"),
+    "openai-agents": ("OpenAI Agents SDK + Temporal plugin", "openai"),
+    "pydantic-ai": ("pydantic-ai + Temporal", "anthropic"),
 }
 DRAINED = "__pydantic_ai_agent_events_drained"
 """pydantic-ai's ``stream_agent_events`` acknowledges the terminal event with this signal
@@ -186,7 +190,9 @@ async def peer_turn(client: Any, peer: str, queue: str, clock: Clock, poll: floa
 
     wid = f"pace-{peer}-{uuid.uuid4().hex[:10]}"
     clock.start()
-    handle = await client.start_workflow(PEERS[peer][0], "weather?", id=wid, task_queue=queue)
+    handle = await client.start_workflow(
+        WORKFLOWS[peer], args=["weather?", []], id=wid, task_queue=queue
+    )
     stream = WorkflowStreamClient.create(client, wid)
     completed, drain = 0, None
     items = stream.subscribe([TOPIC], poll_cooldown=timedelta(milliseconds=poll))
@@ -206,17 +212,6 @@ async def peer_turn(client: Any, peer: str, queue: str, clock: Clock, poll: floa
     if completed != 3 and drain is None:
         raise RuntimeError(f"{peer}: the stream ended before the turn's last event")
     return marks
-
-
-def start_worker(cmd: list[str], tmp: Path, name: str, ready: str, **env: str) -> WorkerProcess:
-    environ = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_AGENTS_DISABLE_TRACING": "1", **env}
-    worker = WorkerProcess(cmd, environ, tmp / f"{name}.log", ready)
-    try:
-        worker.wait_ready()
-    except Exception:
-        worker.stop()
-        raise
-    return worker
 
 
 async def run(rounds: int, first_token_s: float, tokens_per_s: float, tuned: Tuning) -> Any:
@@ -266,15 +261,20 @@ async def run(rounds: int, first_token_s: float, tokens_per_s: float, tuned: Tun
                 TURNS_TOOLS="bench.pace_tools",
             )
         )
-        common = {"TEMPORAL_ADDRESS": address, "ANTHROPIC_BASE_URL": llm.base_url}
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "TEMPORAL_ADDRESS": address,
+            "ANTHROPIC_BASE_URL": llm.base_url,
+            "OPENAI_BASE_URL": llm.openai_base_url,
+        }
         floor_queue = f"pace-floor-{tag}"
         workers.append(
             start_worker(
                 [sys.executable, "-m", "bench.pace_floor", floor_queue],
-                tmp,
-                "pace-floor",
+                env,
+                tmp / "pace-floor.log",
                 "pace floor worker ready",
-                **common,
             )
         )
         client = await Client.connect(address, data_converter=data_converter_from_env())
@@ -323,21 +323,11 @@ async def run(rounds: int, first_token_s: float, tokens_per_s: float, tuned: Tun
         def start_peer(system: System, peer_queue: str) -> Callable[[], Awaitable[Marks]]:
             """The peer's worker process (its publish interval); how to run one turn."""
             assert system.tuning is not None
+            python, batch = str(VENV / "bin" / "python"), system.tuning.batch_ms
+            log = tmp / f"{peer_queue}.log"
             workers.append(
-                start_worker(
-                    [
-                        str(VENV / "bin" / "python"),
-                        "-m",
-                        "bench.pace_peers",
-                        system.peer,
-                        peer_queue,
-                    ],
-                    tmp,
-                    peer_queue,
-                    "pace peer worker ready",
-                    OPENAI_BASE_URL=llm.openai_base_url,
-                    PACE_BATCH_MS=str(system.tuning.batch_ms),
-                    **common,
+                ready_worker(
+                    peer_worker(python, system.peer, peer_queue, batch, log, env, tools=True)
                 )
             )
             poll = system.tuning.poll_ms
@@ -349,7 +339,7 @@ async def run(rounds: int, first_token_s: float, tokens_per_s: float, tuned: Tun
             System("floor", "contract floor at pace", "anthropic", contract_floor),
             System("direct-openai", "direct SDK loop (OpenAI Responses)", "openai", direct_openai),
         ]
-        for peer, (_, label, wire) in PEERS.items():
+        for peer, (label, wire) in PEERS.items():
             for tuning in (DEFAULTS, tuned):
                 name = peer if tuning is DEFAULTS else f"{peer}-{tuning.name}"
                 system = System(name, f"{label}, {tuning.name}", wire, peer=peer, tuning=tuning)
@@ -499,7 +489,7 @@ def pace_rows(
     direct, engine, contract = systems["direct"], systems["engine"], systems["floor"]
     own_direct = {
         p: systems["direct" if wire == "anthropic" else "direct-openai"]
-        for p, (_, _, wire) in PEERS.items()
+        for p, (_, wire) in PEERS.items()
     }
     peer_notes = {
         "openai-agents": "openai-agents 0.22.3 + temporalio-openai-agents 1.1.0:"

@@ -30,6 +30,9 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+with workflow.unsafe.imports_passed_through():
+    from bench.pydantic_ai_history import history
+
 NAME = "pydantic-ai"
 PACKAGES = ["pydantic_ai", "pydantic-ai-slim"]
 
@@ -67,13 +70,7 @@ class PydanticAITurn(PydanticAIWorkflow):
 
     @workflow.run
     async def run(self, prompt: str, prior: list[dict[str, str]]) -> str:
-        history: list[ModelMessage] = [
-            ModelRequest(parts=[UserPromptPart(m["text"])])
-            if m["role"] == "user"
-            else ModelResponse(parts=[TextPart(m["text"])])
-            for m in prior
-        ]
-        result = await agent.run(prompt, message_history=history)
+        result = await agent.run(prompt, message_history=history(prior))
         return str(result.output)
 
 

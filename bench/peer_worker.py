@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
-import signal
 import sys
+
+from bench.common import serve_worker
 
 MODULES = {"pydantic-ai": "bench.peer_pydantic_ai", "openai-agents": "bench.peer_openai_agents"}
 
@@ -20,13 +21,7 @@ MODULES = {"pydantic-ai": "bench.peer_pydantic_ai", "openai-agents": "bench.peer
 async def serve(name: str, task_queue: str) -> None:
     peer = importlib.import_module(MODULES[name])
     client = await peer.connect(os.environ["TEMPORAL_ADDRESS"])
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with peer.worker(client, task_queue):
-        print("peer worker ready", flush=True)
-        await stop.wait()
+    await serve_worker(peer.worker(client, task_queue), "peer worker ready")
 
 
 if __name__ == "__main__":

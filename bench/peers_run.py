@@ -57,6 +57,7 @@ from bench.common import (
     prior_transcript_texts,
     start_engine_worker,
     start_floor_worker,
+    start_worker,
 )
 
 MODULES = {"pydantic-ai": "bench.peer_pydantic_ai", "openai-agents": "bench.peer_openai_agents"}
@@ -268,18 +269,12 @@ class Driver:
             "PYTHONPATH": str(ROOT),
             "OPENAI_AGENTS_DISABLE_TRACING": "1",
         }
-        worker = WorkerProcess(
+        return start_worker(
             [sys.executable, "-m", "bench.peer_worker", kind, queue],
             env,
             tmp / f"peer-{queue}.log",
             "peer worker ready",
         )
-        try:
-            worker.wait_ready()
-        except Exception:
-            worker.stop()
-            raise
-        return worker
 
     async def start_workers(self, phase: str, systems: list[System]) -> None:
         """A fresh worker process per system (started together); a failure marks the system."""

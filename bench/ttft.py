@@ -22,10 +22,12 @@ the same server. Rounds interleave:
   child), on a warm conversation and on a new one. Adding the direct call's own time to
   first token gives each floor's first token, a lower bound: relaying the token to the
   client is not counted;
-* **the peers' streaming paths** (``bench.ttft_peers``: workers of their own and one client
-  process, all in the peers' venv of ``bench.peers``): the OpenAI Agents SDK's Temporal
-  integration (``Runner.run_streamed``; its streaming model activity publishes the
-  ``OpenAIResponsesModel``'s events to ``temporalio.contrib.workflow_streams``) and
+* **the peers' streaming paths** (``bench.stream_peers``: workers of their own and one client
+  process, all in the peers' venv of ``bench.peers``; each peer's workflow, worker and
+  subscriber in ``bench.stream_peer_openai_agents`` and ``bench.stream_peer_pydantic_ai``,
+  shared with ``bench.pace``, here on workers whose agents have no tools): the OpenAI Agents
+  SDK's Temporal integration (``Runner.run_streamed``; its streaming model activity publishes
+  the ``OpenAIResponsesModel``'s events to ``temporalio.contrib.workflow_streams``) and
   pydantic-ai's (``TemporalDurability(event_stream_topic=...)``: its event stream handler runs
   in the model-request activity and publishes to ``workflow_streams``; ``AnthropicModel``),
   each with its defaults and tuned (flush and poll every 10 ms), each on a warm turn (a later
@@ -68,11 +70,10 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType
 
-from bench import floor, peers, ttft_peers, ttft_streams
+from bench import floor, peers, stream_peers, ttft_streams
 from bench.common import (
     ROOT,
     Row,
-    WorkerProcess,
     event_epoch,
     loadavg,
     median,
@@ -81,13 +82,14 @@ from bench.common import (
     run_meta,
     start_engine_worker,
     start_floor_worker,
+    start_worker,
     temporal_server,
     write_results,
 )
 from tests.llm_server import LLMServer, Recorded, Reply
 
 FIXTURE = "anthropic/text_basic.sse"
-FIXTURES = {"/v1/messages": FIXTURE, "/v1/responses": ttft_peers.FIXTURES["openai-agents"]}
+FIXTURES = {"/v1/messages": FIXTURE, "/v1/responses": stream_peers.FIXTURES["openai-agents"]}
 """The mock's answer per route: Anthropic's wire format, OpenAI's Responses format."""
 MODEL = "claude-sonnet-4-5"  # any name: the local server answers every one
 TARGET_WARM_MS = 30.0
@@ -223,8 +225,8 @@ def replies(pace: float) -> Callable[[Recorded], Reply]:
 
 PEER_PATHS = [
     (name, config, kind)
-    for name in ttft_peers.MODULES
-    for config in ttft_peers.CONFIGS
+    for name in stream_peers.MODULES
+    for config in stream_peers.CONFIGS
     for kind in ("warm", "first")
 ]
 """Each peer's streaming path: per configuration, a warm turn and a first turn."""
@@ -240,13 +242,13 @@ PEER_NOTES = {
     " model activity publishes each native Responses event to `temporalio.contrib."
     "workflow_streams` as the SDK's `OpenAIResponsesModel` (an `AsyncOpenAI` on the mock)"
     " yields it; the client subscribes (`WorkflowStreamClient`) and takes the first"
-    " `response.output_text.delta` (bench/ttft_peer_openai.py)",
+    " `response.output_text.delta` (bench/stream_peer_openai_agents.py)",
     "pydantic-ai": "pydantic-ai's documented streaming path: `TemporalDurability("
     "event_stream_topic=...)` makes its `workflow_stream_event_handler` the agent's event"
     " stream handler, run inside the model-request activity, publishing each event to"
     " `temporalio.contrib.workflow_streams` (an `AgentEventStream` hosted by the workflow);"
     " `AnthropicModel` with a provider on the mock; the client reads `stream_agent_events` and"
-    " takes the first text (bench/ttft_peer_pydantic.py)",
+    " takes the first text (bench/stream_peer_pydantic_ai.py)",
 }
 KINDS = {
     "warm": "warm turn: a later turn's workflow, the 4 prior messages as input",
@@ -254,7 +256,7 @@ KINDS = {
 }
 
 
-async def start_peers(address: str, tmp: Path, llm: LLMServer) -> ttft_peers.Peers | str:
+async def start_peers(address: str, tmp: Path, llm: LLMServer) -> stream_peers.Peers | str:
     """The peers' workers and client in the peers' venv, or why they are not measured."""
     why_not = await peers.ensure_venv()
     if why_not:
@@ -267,7 +269,7 @@ async def start_peers(address: str, tmp: Path, llm: LLMServer) -> ttft_peers.Pee
     }
     try:
         started = await asyncio.to_thread(
-            ttft_peers.Peers, str(peers.VENV / "bin" / "python"), address, tmp, env
+            stream_peers.Peers, str(peers.VENV / "bin" / "python"), address, tmp, env
         )
         await started.start()
     except Exception as exc:  # noted on the peers' rows; the other paths still run
@@ -314,18 +316,16 @@ async def run(rounds: int, pace: float = 0.0) -> tuple[list[Row], dict[str, Any]
             "ANTHROPIC_API_KEY": "bench-key",
         }
         streams_worker = await asyncio.to_thread(
-            lambda: WorkerProcess(
-                [sys.executable, "-m", "bench.ttft_streams", streams_queue],
-                streams_env,
-                tmp / "streams.log",
-                "streams worker ready",
-            )
+            start_worker,
+            [sys.executable, "-m", "bench.ttft_streams", streams_queue],
+            streams_env,
+            tmp / "streams.log",
+            "streams worker ready",
         )
-        await asyncio.to_thread(streams_worker.wait_ready)
         peer_run = await start_peers(address, tmp, llm)
         peer_errors: dict[str, str] = {}
         if isinstance(peer_run, str):
-            peer_errors = dict.fromkeys(ttft_peers.MODULES, peer_run)
+            peer_errors = dict.fromkeys(stream_peers.MODULES, peer_run)
         client = await Client.connect(address, data_converter=data_converter_from_env())
         turns = TurnsClient(client, queue, stream_url=f"sqlite:///{tmp / 'data' / 'chunks.db'}")
         sdk = anthropic.AsyncAnthropic(base_url=llm.base_url, api_key="bench-key", max_retries=0)
@@ -509,7 +509,7 @@ async def run(rounds: int, pace: float = 0.0) -> tuple[list[Row], dict[str, Any]
         "peer_errors": peer_errors,
         "peer_configs_ms": {
             c: dict(zip(("batch", "cooldown"), v, strict=True))
-            for c, v in ttft_peers.CONFIGS.items()
+            for c, v in stream_peers.CONFIGS.items()
         },
     }
     return rows, raw, meta
@@ -540,7 +540,7 @@ def peer_rows(
             " `response.output_text.delta`: the OpenAI Agents SDK peer's floor",
         )
     ]
-    for name in ttft_peers.MODULES:
+    for name in stream_peers.MODULES:
         if not any(samples[f"{name}/{c}/{k}"] for _, c, k in PEER_PATHS):
             note = f"not measured: {errors.get(name, '?')}"
             rows.append(Row("ttft", f"peer: {PEER_LABELS[name]}", "—", note=note))
@@ -575,7 +575,7 @@ def peer_note(name: str, config: str, kind: str, pace: float) -> str:
         return ""
     if config == "defaults":
         return f"{PEER_NOTES[name]}; {KINDS['warm']}; {KINDS['first']}" + ("" if pace else UNPACED)
-    batch, cooldown = ttft_peers.CONFIGS[config]
+    batch, cooldown = stream_peers.CONFIGS[config]
     return f"its stream flushed every {batch:.0f} ms, the client polling every {cooldown:.0f} ms"
 
 

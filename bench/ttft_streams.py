@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import sys
 from datetime import timedelta
 
@@ -71,16 +70,11 @@ async def first_delta(client: Client, task_queue: str, workflow_id: str, model: 
 
 
 async def serve(task_queue: str) -> None:
+    from bench.common import serve_worker  # here: this module's workflow runs sandboxed
+
     client = await Client.connect(os.environ["TEMPORAL_ADDRESS"])
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    async with Worker(
-        client, task_queue=task_queue, workflows=[StreamsTurn], activities=[model_call]
-    ):
-        print("streams worker ready", flush=True)
-        await stop.wait()
+    worker = Worker(client, task_queue=task_queue, workflows=[StreamsTurn], activities=[model_call])
+    await serve_worker(worker, "streams worker ready")
 
 
 if __name__ == "__main__":
