@@ -24,6 +24,7 @@ from durable_turns.workflows.options import (
     SHARED_CAP,
     crash_cost,
     death_of,
+    death_wait,
     infra_budget,
 )
 from tests.support.faultproxy import FaultProxy
@@ -183,3 +184,19 @@ async def test_a_live_worker_cut_off_from_temporal_does_not_spend_the_crash_budg
     assert deaths[0] == deaths[1], "both on the one worker, which lived on"
     assert crash_cost(deaths) == 1
     assert worker.proc.poll() is None, "the worker had to restart"
+
+
+def test_the_wait_after_a_loss_grows_with_what_the_losses_weigh() -> None:
+    """Kills of busy workers (each a fraction of a death) or of one that came back keep the
+    wait at a second; a worker that ran the turn alone, or a store outage, backs off."""
+
+    def seconds(deaths: int, timeouts: list[tuple[str | None, int]]) -> float:
+        return death_wait(deaths, timeouts).total_seconds()
+
+    storm = [(f"worker-{i}", 8) for i in range(4)]  # each 1/4 of a death
+    assert [seconds(n, storm[:n]) for n in range(1, 5)] == [1.0, 1.0, 1.0, 1.0]
+    assert seconds(8, [(f"worker-{i}", 8) for i in range(8)]) == 2.0
+    alone = [(f"worker-{i}", 1) for i in range(6)]
+    assert [seconds(n, alone[:n]) for n in range(1, 7)] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+    assert seconds(5, [("a", 1)] * 5) == 1.0  # it heartbeat again each time: a partition
+    assert [seconds(n, []) for n in (1, 2, 3)] == [1.0, 2.0, 4.0]  # outages, shutdowns

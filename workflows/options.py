@@ -6,6 +6,7 @@ worker's attempt moves to another worker quickly) and a retry policy.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from datetime import timedelta
 from fractions import Fraction
@@ -167,6 +168,24 @@ def crash_cost(deaths: Sequence[Death]) -> Fraction:
     return cost
 
 
+DEATH_WAIT_MOST_S = 10.0
+"""The longest wait before an attempt after a loss (its heartbeat timeout was waited already)."""
+
+
+def death_wait(deaths: int, timeouts: Sequence[Death]) -> timedelta:
+    """The wait before the next attempt after ``deaths`` losses, ``timeouts`` the heartbeat
+    timeouts among them: 1 s, doubling with what the losses weigh, not with their number. A
+    heartbeat timeout weighs what it costs the crash budget (``crash_cost``: a fraction when
+    the worker ran other turns too, nothing when it came back); any other loss (a shutdown
+    past its grace, a store outage) weighs one, so an outage is still backed off from. A
+    turn on busy workers killed again and again (a deploy storm, an out-of-memory killer)
+    thus retries about a second after each heartbeat timeout rather than waiting 1, 2, 4, 8,
+    10 s for nothing of its own doing. Only the timer's duration depends on it: a replay
+    decides alike (a duration is not part of what a replay checks)."""
+    weighed = crash_cost(timeouts) + (deaths - len(timeouts))
+    return backoff(max(1, math.ceil(weighed)), DEATH_WAIT_MOST_S)
+
+
 def infra_budget(crash_retries: int) -> int:
     """The infrastructure budget of an activity whose crash budget is ``crash_retries``: at
     least ``INFRA_RETRIES``, and never below what a turn crashing a busy worker may spend."""
@@ -194,7 +213,8 @@ async def with_budgets(
     The last failure is raised as it came; past either death budget, a non-retryable
     ``WorkerCrashLoop`` naming ``stage`` (``kind``, the Think stage, is its first detail).
     Each retry waits with backoff on a durable timer (1 s doubling, at most ``most_wait_s``
-    after failures, 10 s after losses, whose heartbeat timeout has been waited already): a
+    after failures; after losses, whose heartbeat timeout has been waited already, doubling
+    with what they weigh, at most 10 s: ``death_wait``): a
     few events per retry in the history, none when the first attempt succeeds. ``on_retry``
     sees each failure that is retried, before the wait (``recovery.Tracker.note``)."""
     deaths = failures = 0
@@ -224,7 +244,7 @@ async def with_budgets(
                         type=WORKER_CRASH_LOOP,
                         non_retryable=True,
                     ) from err
-                wait, why = backoff(deaths, 10.0), f"worker died ({deaths})"
+                wait, why = death_wait(deaths, timeouts), f"worker died ({deaths})"
             else:
                 failures += 1
                 if tries > 0 and failures >= tries:
