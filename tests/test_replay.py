@@ -11,13 +11,16 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHistory
+from temporalio.client import Client, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
 from durable_turns.runtime import WORKFLOWS
 from durable_turns.sandbox import workflow_runner
@@ -209,3 +212,33 @@ async def test_recorded_histories_replay(runner: str) -> None:
             path.stem.replace("__", "/"), json.loads(path.read_text())
         )
         await replayer(runner).replay_workflow(history)
+
+
+_WAIT_S = [1.0]
+
+
+@workflow.defn(name="ReplayTimerDuration")
+class _Sleeper:
+    @workflow.run
+    async def run(self) -> None:
+        await workflow.sleep(timedelta(seconds=_WAIT_S[0]), summary="retry: worker died (1)")
+
+
+async def test_a_timers_duration_is_not_what_a_replay_checks(client: Client) -> None:
+    """``options.death_wait`` changed how long a retry after a death waits, with no patch:
+    a replay matches a timer by its place, not its duration. Should a temporalio release
+    check durations, this fails, and such a change needs a patch."""
+    queue = f"replay-timer-{uuid.uuid4().hex[:8]}"
+    _WAIT_S[0] = 0.05
+    async with Worker(
+        client, task_queue=queue, workflows=[_Sleeper], workflow_runner=UnsandboxedWorkflowRunner()
+    ):
+        handle = await client.start_workflow(_Sleeper.run, id=queue, task_queue=queue)
+        await handle.result()
+    history = await handle.fetch_history()
+    for wait_s in (0.05, 1.0, 10.0):
+        _WAIT_S[0] = wait_s
+        result = await Replayer(
+            workflows=[_Sleeper], workflow_runner=UnsandboxedWorkflowRunner()
+        ).replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, (wait_s, result.replay_failure)
