@@ -390,12 +390,27 @@ async def run(rounds: int, pace: float = 0.0) -> tuple[list[Row], dict[str, Any]
             started = await floor.bare_stamped(client, floor_queue, f"floor-{uuid.uuid4().hex}")
             return started - wall
 
+        floor_turns = {floor_conversation: 1}
+        floor_holds: dict[str, list[float]] = {"warm": [], "first": []}
+
         async def floor_contract(conversation: str) -> float:
-            """The same through an update on a floor conversation (a child workflow)."""
+            """The same through an update on a floor conversation (a child workflow); the
+            child's first workflow task, from its pick-up to its activity's scheduling, is
+            kept beside the engine's same phase (``begin_turn`` inside it)."""
             wall = time.time()
             request = uuid.uuid4().hex
             started = await floor.send_stamped(client, floor_queue, conversation, request)
-            return started - wall
+            took = started - wall
+            floor_turns[conversation] = turn = floor_turns.get(conversation, 0) + 1
+            child = client.get_workflow_handle(f"{conversation}/turn-{turn}")
+            events = [e async for e in child.fetch_history_events()]
+            picked = next(e for e in events if e.event_type == E.EVENT_TYPE_WORKFLOW_TASK_STARTED)
+            scheduled = next(
+                e for e in events if e.event_type == E.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+            )
+            kind = "warm" if conversation == floor_conversation else "first"
+            floor_holds[kind].append(event_epoch(scheduled) - event_epoch(picked))
+            return took
 
         async def streams() -> None:
             """Temporal's workflow_streams: a workflow whose activity publishes the deltas."""
@@ -494,7 +509,9 @@ async def run(rounds: int, pace: float = 0.0) -> tuple[list[Row], dict[str, Any]
         )
     rows += peer_rows(samples, peer_errors, pace) + lowest_rows(samples)
     for kind, turn in (("warm", "warm turn"), ("first", "first turn")):
-        rows += timeline_rows(kind, turn, timelines[kind][warmup:], costs[kind])
+        rows += timeline_rows(
+            kind, turn, timelines[kind][warmup:], costs[kind], floor_holds[kind][warmup:]
+        )
     meta = run_meta(
         f"time to first token, {rounds} rounds after {warmup} warm-up rounds"
         + (f", the mock pacing its tokens at {pace:g}/s" if pace else ""),
@@ -617,15 +634,37 @@ def lowest_rows(samples: dict[str, list[float]]) -> list[Row]:
 
 
 def timeline_rows(
-    kind: str, turn: str, timelines: list[dict[str, float]], costs: dict[str, int]
+    kind: str,
+    turn: str,
+    timelines: list[dict[str, float]],
+    costs: dict[str, int],
+    floor_holds: list[float],
 ) -> list[Row]:
-    """A turn's phases (medians from its start at the client) and its server round trips."""
+    """A turn's phases (medians from its start at the client) and its server round trips;
+    beside its first workflow task, the contract floor's (``floor_holds``: its child's first
+    task, picked up → its one activity scheduled)."""
     rows: list[Row] = []
     previous: float | None = None
     for key, label in PHASES:
         at = median(t[key] for t in timelines)
         step = "" if previous is None else f"+{(at - previous) * 1000:.1f} ms after the line above"
         rows.append(Row(f"{kind} timeline", f"{turn}: {label}", ms(at), step))
+        if key == "step_scheduled" and previous is not None and floor_holds:
+            engine = median(t[key] - t["turn_task"] for t in timelines)
+            rows.append(
+                Row(
+                    f"{kind} timeline",
+                    f"{turn}, beside it: the contract floor's child, its first workflow task"
+                    " picked up → its activity scheduled",
+                    ms(median(floor_holds)),
+                    f"the engine's same phase {ms(engine)}",
+                    engine / median(floor_holds),
+                    note="a bare child whose first workflow task schedules its activity at once"
+                    " (no local activity): what the server and the SDK take for that task alone"
+                    " (its completion, the activity started eagerly); the engine's holds"
+                    " `begin_turn` too",
+                )
+            )
         previous = at
     answered = median(t["start_answered"] for t in timelines)
     rows.append(
