@@ -69,13 +69,6 @@ from durable_turns.contract import (
     TurnResult,
 )
 
-try:
-    from cryptography.exceptions import InvalidTag
-    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-except ImportError:  # pragma: no cover - depends on the install
-    AESGCM = None  # type: ignore[assignment,misc]
-    InvalidTag = Exception  # type: ignore[assignment,misc]
-
 ENV_KEYS = "TURNS_ENCRYPTION_KEYS"
 ENV_KEYS_FILE = "TURNS_ENCRYPTION_KEYS_FILE"
 
@@ -204,11 +197,15 @@ class EncryptionCodec(PayloadCodec):
     """Encrypts with the first (current) key; decrypts with any of the keys by key id."""
 
     def __init__(self, keys: Sequence[EncryptionKey]) -> None:
-        if AESGCM is None:  # pragma: no cover - depends on the install
+        # imported here: a process without encryption keys never loads cryptography (7 ms
+        # of a worker's start)
+        try:
+            from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+        except ImportError:  # pragma: no cover - depends on the install
             raise KeyConfigError(
                 "encrypted payloads need the 'cryptography' package:"
                 " pip install 'durable-turns[encryption]'"
-            )
+            ) from None
         if not keys:
             raise KeyConfigError("an EncryptionCodec needs at least one key")
         ids = [k.key_id for k in keys]
@@ -257,6 +254,8 @@ class EncryptionCodec(PayloadCodec):
         if len(payload.data) < NONCE_BYTES + 16:
             raise DecryptionError(f"encrypted payload (key id {key_id!r}) is truncated")
         nonce, sealed = payload.data[:NONCE_BYTES], payload.data[NONCE_BYTES:]
+        from cryptography.exceptions import InvalidTag  # loaded with the cipher (__init__)
+
         try:
             plain = cipher.decrypt(nonce, sealed, _aad(key_id))
         except InvalidTag:

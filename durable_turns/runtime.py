@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import importlib
 import logging
 import os
@@ -510,6 +511,11 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(serve(settings_from_args(args)))
     except (ValueError, ServerStartError) as e:  # ServerStartError: e.g. a port in use
         sys.exit(f"worker: {e}")
+    finally:
+        # The interpreter's teardown would walk every object the worker made in its garbage
+        # collections (~0.1 s of a stop spent after "worker stopped"); frozen, the exit is
+        # immediate. Objects still freed and finalized as their references go; atexit runs.
+        gc.freeze()
 
 
 if __name__ == "__main__":

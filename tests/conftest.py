@@ -16,12 +16,16 @@ from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import FAST_DYNAMIC_CONFIG, temporal_binary
 from tests.llm_server import LLMServer
 from tests.support.diagnose import explain
-from tests.support.harness import Harness
+from tests.support.harness import Harness, compile_sources
 from tests.support.web import door  # noqa: F401 (the front door's fixture, for every test file)
 
 # Conversations are told to continue-as-new after 60 history events (production: 4,096), so
 # every multi-turn test also exercises the hand-over.
 TEST_DYNAMIC_CONFIG = [*FAST_DYNAMIC_CONFIG, "limit.historyCount.suggestContinueAsNew=60"]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    compile_sources()  # before the first worker process starts
 
 
 @pytest.fixture(scope="session")
