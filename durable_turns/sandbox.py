@@ -198,7 +198,12 @@ class _Guarded(WorkflowInstance):
 
     def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
         drop_unanswerable_updates(act, self._update_limit)
-        return _timed_activation(self._inner.activate, act, self._label, self._slow_s)
+        return _timed_activation(self._run, act, self._label, self._slow_s)
+
+    def _run(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+        """The inner instance's activation (what :meth:`activate` guards and times)."""
+        completion: WorkflowActivationCompletion = self._inner.activate(act)
+        return completion
 
     def get_serialization_context(self, command_info: Any) -> SerializationContext | None:
         return self._inner.get_serialization_context(command_info)
@@ -228,18 +233,13 @@ class _Plain(_Guarded):
         super().__init__(inner, update_limit, label, slow_s)
         self._live = live
 
-    def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
-        drop_unanswerable_updates(act, self._update_limit)
-        return _timed_activation(self._folded_activate, act, self._label, self._slow_s)
-
-    def _folded_activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+    def _run(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
         foldable = getattr(getattr(self._inner, "_object", None), FOLDABLE_SIGNALS, None)
         if foldable is None:
             foldable = () if act.is_replaying else self._live
         if foldable and len(act.jobs) > 1:
             fold_signals(act, foldable)
-        completion: WorkflowActivationCompletion = self._inner.activate(act)
-        return completion
+        return super()._run(act)
 
 
 class LeanUnsandboxedWorkflowRunner(UnsandboxedWorkflowRunner):

@@ -26,7 +26,8 @@ def _timeless_bytes(event: HistoryEvent) -> int:
 
 
 async def model_step_bytes(client: Client, workflow_id: str) -> tuple[int, int]:
-    """(bytes of the model_step events, bytes of the whole turn history), timestamps left out."""
+    """(bytes of the model_step events, bytes of the whole turn history), timestamps and task ids
+    left out."""
     history = await client.get_workflow_handle(workflow_id).fetch_history()
     scheduled: set[int] = set()
     step_bytes = 0
