@@ -30,6 +30,7 @@ from temporalio import activity, workflow
 from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 TIMEOUT = timedelta(minutes=2)
 
@@ -133,14 +134,14 @@ def floor_worker(
     """Same concurrency limits as the engine's worker (``worker.running_worker``). The
     workflows run in temporalio's sandbox, the Worker's default and so what a user's own
     workflows would pay, unless ``FLOOR_SANDBOX=off`` (as the engine's own run by default)."""
-    unsandboxed = os.environ.get("FLOOR_SANDBOX") == "off"
+    unsandboxed = os.environ.get("FLOOR_SANDBOX") == "off"  # the default runner otherwise
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[*WORKFLOWS, *(workflows or [])],
         activities=[noop, stamp, *(activities or [])],
         max_concurrent_activities=200,
-        **({"workflow_runner": UnsandboxedWorkflowRunner()} if unsandboxed else {}),
+        workflow_runner=UnsandboxedWorkflowRunner() if unsandboxed else SandboxedWorkflowRunner(),
     )
 
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import itertools
 import os
 import sys
@@ -108,12 +109,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def openai_replies(pace: dict[str, float]) -> list[Reply]:
+def openai_replies(paced: Callable[..., Reply]) -> list[Reply]:
     call = (FIXTURES / OPENAI_TOOL_STEP).read_text()
     for old, new in OPENAI_CALL.items():
         call = call.replace(old, new)
     calls = [call.replace("call_CWXgs68YprAjp6t0371hiPOI", f"call_{i}") for i in (1, 2)]
-    return [*(Reply(body=c, **pace) for c in calls), Reply(OPENAI_TEXT_STEP, **pace)]
+    return [*(paced(body=c) for c in calls), paced(OPENAI_TEXT_STEP)]
 
 
 class Clock:
@@ -226,14 +227,10 @@ async def run(rounds: int, first_token_s: float, tokens_per_s: float, tuned: Tun
     tmp = Path(tempfile.mkdtemp(prefix="bench-pace-"))
     load_start = loadavg()
     llm = LLMServer().start()
-    pace = {"first_token_s": first_token_s, "tokens_per_s": tokens_per_s}
+    paced = functools.partial(Reply, first_token_s=first_token_s, tokens_per_s=tokens_per_s)
     replies = {
-        "anthropic": lambda: [
-            Reply(TOOL_STEP, **pace),
-            Reply(TOOL_STEP, **pace),
-            Reply(TEXT_STEP, **pace),
-        ],
-        "openai": lambda: openai_replies(pace),
+        "anthropic": lambda: [paced(TOOL_STEP), paced(TOOL_STEP), paced(TEXT_STEP)],
+        "openai": lambda: openai_replies(paced),
     }
     clock = Clock()
     workers: list[WorkerProcess] = []
