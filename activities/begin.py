@@ -12,7 +12,7 @@ from durable_turns.activities import compaction, recovery, regenerate
 from durable_turns.activities import context as ctx_build
 from durable_turns.activities.compact import store_compaction
 from durable_turns.activities.deps import ActivityDeps
-from durable_turns.activities.errors import INVALID_MODEL, INVALID_REQUEST, taken_over
+from durable_turns.activities.errors import EXPECTED, INVALID_MODEL, INVALID_REQUEST, taken_over
 from durable_turns.activities.heartbeats import keep_alive
 from durable_turns.contract import BEGIN_TURN, BeginTurnInput, TurnPlan, model_id_problem
 from durable_turns.hooks.types import TurnConfig, TurnContext
@@ -131,13 +131,17 @@ class BeginActivities:
         """Fail the turn now, clearly, on a decision no step could carry out."""
         problem = model_id_problem(model)
         if problem:
-            raise ApplicationError(problem, type=INVALID_MODEL, non_retryable=True)
+            raise ApplicationError(
+                problem, type=INVALID_MODEL, non_retryable=True, category=EXPECTED
+            )
         async with keep_alive(self.deps.beat_every):
             await self.deps.resolve_async(model)
         try:
             resolve_transforms(config.experimental_transform or [])
         except UnknownTransform as e:
-            raise ApplicationError(str(e), type=INVALID_REQUEST, non_retryable=True) from e
+            raise ApplicationError(
+                str(e), type=INVALID_REQUEST, non_retryable=True, category=EXPECTED
+            ) from e
 
     def _plan(self, config: TurnConfig, model: str, inp: BeginTurnInput) -> TurnPlan:
         settings = self.deps.settings

@@ -19,7 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities import heartbeats
-from durable_turns.activities.errors import INVALID_MODEL, crash_loop, taken_over
+from durable_turns.activities.errors import EXPECTED, INVALID_MODEL, crash_loop, taken_over
 from durable_turns.activities.lifecycle import Lifecycle, call_hook
 from durable_turns.activities.patient_store import PatientStore
 from durable_turns.agents import AgentTool, AgentTools
@@ -108,6 +108,7 @@ class ActivityDeps:
                 " define it on every worker of the task queue)",
                 type=UNKNOWN_AGENT,
                 non_retryable=True,
+                category=EXPECTED,
             )
         spec = tool.agent
         settings = dataclasses.replace(
@@ -179,7 +180,9 @@ class ActivityDeps:
         try:
             return self.models.resolve(model)
         except ProviderError as e:
-            raise ApplicationError(str(e), type=INVALID_MODEL, non_retryable=True) from e
+            raise ApplicationError(
+                str(e), type=INVALID_MODEL, non_retryable=True, category=EXPECTED
+            ) from e
 
     async def resolve_async(self, model: str) -> tuple[ModelProvider, str]:
         """``resolve``, with a provider's first use (its SDK import and client, 1.5–2 s for

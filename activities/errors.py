@@ -2,13 +2,27 @@
 
 The type names live in ``durable_turns.contract``, beside the workflow's retry policies
 that name them; this module builds the errors.
+
+Errors the user must fix (a missing API key, an unknown provider or model, a bad request) and
+a provider's own failures are no fault of the engine: they are raised ``expected``
+(temporalio's ``BENIGN`` category, which it logs at DEBUG only) and :class:`ExpectedErrors`
+logs each as one line with its type. Every other failure keeps the SDK's warning with its
+traceback: a fault of the engine, or of the user's own code (a hook or tool that raised).
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
+from typing import Any
 
-from temporalio.exceptions import ApplicationError
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+)
 
 from durable_turns.contract import (  # noqa: F401 - re-exported for the activities
     CHUNK_STREAM_UNAVAILABLE,
@@ -25,6 +39,12 @@ from durable_turns.contract import (  # noqa: F401 - re-exported for the activit
 )
 from durable_turns.models.base import ProviderError
 
+log = logging.getLogger("durable_turns.activities")
+
+EXPECTED = ApplicationErrorCategory.BENIGN
+"""The category of a failure the user must fix, or a provider's: one log line, no
+traceback (``category=EXPECTED``)."""
+
 
 def provider_failure(error: ProviderError) -> ApplicationError:
     """A provider error as Temporal sees it: retryable (with retry-after) or final."""
@@ -35,8 +55,11 @@ def provider_failure(error: ProviderError) -> ApplicationError:
             details,
             type=PROVIDER_TRANSIENT,
             next_retry_delay=_delay(error.retry_after),
+            category=EXPECTED,
         )
-    return ApplicationError(str(error), details, type=PROVIDER_ERROR, non_retryable=True)
+    return ApplicationError(
+        str(error), details, type=PROVIDER_ERROR, non_retryable=True, category=EXPECTED
+    )
 
 
 def hook_failure(hook: str, error: BaseException) -> ApplicationError:
@@ -79,3 +102,30 @@ def store_unavailable(error: BaseException, waited_s: float) -> ApplicationError
         f"the transcript store is unavailable (waited {waited_s:.0f}s): {error}",
         type=STORE_UNAVAILABLE,
     )
+
+
+class ExpectedErrors(Interceptor):
+    """Logs each ``EXPECTED`` failure of an activity as one warning line: the activity, its
+    workflow and attempt, the error's type and message (the SDK logs it at DEBUG only)."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _ExpectedInbound(next)
+
+
+class _ExpectedInbound(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        try:
+            return await super().execute_activity(input)
+        except ApplicationError as e:
+            if e.category == EXPECTED:
+                info = activity.info()
+                log.warning(
+                    "%s of %s failed (attempt %d%s): %s: %s",
+                    info.activity_type,
+                    info.workflow_id,
+                    info.attempt,
+                    "" if e.non_retryable else ", retried",
+                    e.type,
+                    e.message,
+                )
+            raise

@@ -33,6 +33,7 @@ from durable_turns.contract import (
     turn_id,
     turn_workflow_id,
 )
+from durable_turns.errors import DurableTurnsError
 from durable_turns.hooks.types import ChatErrorContext, ChatResponseResult
 from durable_turns.messages import Message, ToolCallPart
 from durable_turns.store import StepRecord, ToolResultRecord, TurnRecord
@@ -296,7 +297,7 @@ def _what_happened(
     ]
 
 
-class _TurnError(Exception):
+class _TurnError(DurableTurnsError):
     """The error ``on_chat_error`` receives: its message, type and stage."""
 
     def __init__(self, info: ErrorInfo) -> None:

@@ -29,7 +29,8 @@ from durable_turns.contract import SHARE_KEY
 
 
 def worker_options(settings: Settings) -> dict[str, Any]:
-    """The Worker options activities rely on.
+    """The Worker options activities rely on (their interceptor, :class:`SharedWorker`, comes
+    with the plugin, ``durable_turns.DurableTurnsPlugin``).
 
     On SIGTERM, running activities get ``shutdown_grace_s`` to finish before they are handed
     over (cancelled, then re-run in full elsewhere). A cancel reaches an activity only in the
@@ -40,7 +41,6 @@ def worker_options(settings: Settings) -> dict[str, Any]:
     """
     options: dict[str, Any] = {
         "graceful_shutdown_timeout": timedelta(seconds=settings.shutdown_grace_s),
-        "interceptors": [SharedWorker()],
     }
     if settings.cancel_check_ms > 0:
         options["max_heartbeat_throttle_interval"] = timedelta(

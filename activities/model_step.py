@@ -4,6 +4,10 @@ repair_tool_call (for calls that do not validate) → persist.
 A step whose output is already stored (a retried attempt) is returned without asking the
 model again. The stream is transformed, observed by ``on_chunk``, published to the live
 chunk stream and watched for stalls (``activities.streaming``).
+
+Why it is long (about 540 lines): the one activity that runs a model call, its steps
+(the hooks around it, the stream, tool-call repair, persistence) in the order they run; the
+stream's accumulation, stall watchdog and heartbeats already live in ``activities.streaming``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from durable_turns.activities.context import request_metadata
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.errors import (
     CHUNK_STREAM_UNAVAILABLE,
+    EXPECTED,
     INVALID_REQUEST,
     STORE_UNAVAILABLE,
     STREAM_STALLED,
@@ -338,7 +343,9 @@ class ModelStepActivities:
             try:
                 transforms = resolve_transforms(config.experimental_transform)
             except UnknownTransform as e:
-                raise ApplicationError(str(e), type=INVALID_REQUEST, non_retryable=True) from e
+                raise ApplicationError(
+                    str(e), type=INVALID_REQUEST, non_retryable=True, category=EXPECTED
+                ) from e
             if not all(is_builtin(t) for t in transforms):  # the built-ins never block
                 lease = isolation.Lease()  # one user loop for the step's transforms
             run = None if lease is None else functools.partial(lease.call, "stream transform")

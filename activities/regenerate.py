@@ -15,13 +15,11 @@ from __future__ import annotations
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.activities.compaction import is_compaction
+from durable_turns.activities.errors import EXPECTED
 from durable_turns.contract import NOTHING_TO_REGENERATE, REGENERATE_LAST, TurnRef
+from durable_turns.errors import NothingToRegenerate
 from durable_turns.messages import Message
 from durable_turns.store import TranscriptStore
-
-
-class NothingToRegenerate(ValueError):
-    """The request names no reply this conversation can regenerate."""
 
 
 def reply_start(transcript: list[Message], target: str) -> str:
@@ -80,6 +78,9 @@ async def supersede(
     if not marked:
         message = str(problem) if problem else f"message {start!r} is no longer in the transcript"
         raise ApplicationError(
-            f"cannot regenerate: {message}", type=NOTHING_TO_REGENERATE, non_retryable=True
+            f"cannot regenerate: {message}",
+            type=NOTHING_TO_REGENERATE,
+            non_retryable=True,
+            category=EXPECTED,
         )
     return marked

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import assert_never
 
+from durable_turns.errors import StreamStalled
 from durable_turns.messages import (
     FinishChunk,
     Part,
@@ -32,19 +33,6 @@ from durable_turns.messages import (
     ToolInputStart,
     ToolResultChunk,
 )
-
-
-class StreamStalled(Exception):
-    """No chunk arrived for the stall timeout (the first chunk included)."""
-
-    def __init__(self, timeout_ms: int, chunks: int) -> None:
-        where = "before the first chunk" if chunks == 0 else f"after {chunks} chunks"
-        super().__init__(
-            f"Chat stream stalled: no activity for {timeout_ms}ms ({where});"
-            " the model request was aborted by the stall watchdog."
-        )
-        self.timeout_ms = timeout_ms
-        self.chunks = chunks
 
 
 @dataclass

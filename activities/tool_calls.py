@@ -33,7 +33,7 @@ from durable_turns.contract import (
     validation_problems,
 )
 from durable_turns.hooks.types import ToolCallContext, ToolCallDecision, ToolCallProblem
-from durable_turns.models.secrets import redact
+from durable_turns.redaction import redact
 from durable_turns.store import ToolCallRepair
 from durable_turns.tools import Tool, ToolContext, ToolFailed, ToolRegistry
 

@@ -3,7 +3,7 @@
 A conversation of ``--turns`` turns (≈1,500-token user messages, a tool call every third
 turn) runs per provider through the engine (a Temporal dev server and a real worker process)
 against a local server that applies the providers' documented cache rules
-(``tests/cache_sim.py``: Anthropic's breakpoints, 20-block lookback, minimum lengths and TTLs;
+(``testkit/cache_sim.py``: Anthropic's breakpoints, 20-block lookback, minimum lengths and TTLs;
 OpenAI's automatic 1,024-token / 128-token-step prefix cache and ``prompt_cache_key``
 routing). Next to it: the same conversation through the SDK directly, written the way each
 provider's docs recommend (Anthropic: a breakpoint on the system prompt and one moving to the
@@ -11,7 +11,7 @@ last block; OpenAI: a stable prefix and a ``prompt_cache_key``), and the engine 
 turned off (``TurnConfig.cache=False`` from ``before_turn``).
 
 ``--mcp`` runs it with MCP tools in the set instead (written to ``cache-mcp.md``): the worker
-is also given two stdio MCP servers, the SDK-built test server (``tests/support/mcp_server.py``)
+is also given two stdio MCP servers, the SDK-built test server (``testkit/mcp_server.py``)
 and, where node and ``tests/js`` are installed, the reference ``server-everything``; the tool
 call goes to ``mcp__t__add``, and the worker is replaced by a new one every
 ``--restart-every`` turns (new server processes, tool lists listed anew), so the table shows
@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT, start_engine_worker, temporal_server
-from tests.cache_sim import CacheSim, Totals
-from tests.llm_server import LLMServer
+from testkit.cache_sim import CacheSim, Totals
+from testkit.llm_server import LLMServer
 
 ANTHROPIC_MODEL = "claude-sonnet-4-5"
 OPENAI_MODEL = "gpt-4o"
@@ -69,7 +69,7 @@ def mcp_config(tmp: Path) -> tuple[Path, list[str]]:
     """The MCP servers of ``--mcp``: the test server, and server-everything where it is
     installed; (the config file, the servers' names)."""
     servers: dict[str, dict[str, Any]] = {
-        "t": {"command": sys.executable, "args": [str(ROOT / "tests/support/mcp_server.py")]}
+        "t": {"command": sys.executable, "args": [str(ROOT / "testkit/mcp_server.py")]}
     }
     node = shutil.which("node")
     if node is not None and (EVERYTHING / "package.json").exists():

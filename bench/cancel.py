@@ -1,7 +1,7 @@
 """Cancel latency and what it costs: ``python -m bench.cancel [--n N]``.
 
 A turn's model step streams from the real Anthropic SDK against the local wire server
-(``tests/llm_server.py``), which sends a few events and then goes silent; after a random
+(``testkit/llm_server.py``), which sends a few events and then goes silent; after a random
 0.5–2.5 s, ``cancelChat`` is signalled. Latency is the time from the signal to the SDK
 hanging up on the server. Cost: heartbeat RPCs (the worker's Prometheus counter of
 ``RecordActivityTaskHeartbeat``) and worker CPU during one 10 s uncancelled step.
@@ -36,7 +36,7 @@ from bench.common import (
     temporal_server,
 )
 from durable_turns.client import TurnsClient
-from tests.llm_server import LLMServer, Reply
+from testkit.llm_server import LLMServer, Reply
 
 KEY = "sk-ant-api03-BENCHKEY0123456789abcdef"
 MODEL = "anthropic:claude-bench"

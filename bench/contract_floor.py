@@ -1,7 +1,7 @@
 """What the engine adds to the contract floor, on a next turn: latency and worker CPU, alone.
 
     python -m bench.contract_floor [--rounds 40] [--cpu-rounds 6] [--cpu-turns 20] [--variants]
-        [--engine NAME[:KEY=VALUE,...]]... [--engine-root NAME=DIR]... [--out STEM]
+        [--engine NAME[:KEY=VALUE,...]]... [--engine-root NAME=DIR[:KEY=VALUE,...]]... [--out STEM]
 
 The two rows of section 6 this is about (``python -m bench``'s durable-turns next turn by
 ``sendMessage`` and the contract floor's next turn), measured by themselves in a minute or
@@ -31,7 +31,7 @@ after its activity, the shape of the engine's ``begin_turn`` and ``finish_turn``
 engine's own shape with none of its work.
 
 ``--engine NAME:KEY=VALUE,...`` adds an engine worker run with those environment variables
-(e.g. ``--engine lean:TURNS_WORKFLOW_SANDBOX=off``), ``--engine-root NAME=DIR`` one run from
+(e.g. ``--engine lean:TURNS_WORKFLOW_SANDBOX=off``), ``--engine-root NAME=DIR[:KEY=VALUE,...]`` one run from
 another checkout of the project (``git worktree add`` of an earlier commit): a before and
 after of a code change in the same run. Without either, one engine worker as configured by
 default. Results: ``bench/results/<STEM>.md`` and ``.json`` (default ``contract-floor``).
@@ -222,8 +222,10 @@ def engines_of(args: argparse.Namespace) -> list[tuple[str, Path, dict[str, str]
         env = dict(p.split("=", 1) for p in pairs.split(",") if p)
         engines.append((name, ROOT, env))
     for spec in args.engine_root or []:
-        name, _, root = spec.partition("=")
-        engines.append((name, Path(root).resolve(), {}))
+        name, _, rest = spec.partition("=")
+        root, _, pairs = rest.partition(":")
+        env = dict(p.split("=", 1) for p in pairs.split(",") if p)
+        engines.append((name, Path(root).resolve(), env))
     return engines or [("engine", ROOT, {})]
 
 
@@ -421,7 +423,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         help="timed turns per conversation before a fresh one (warmed by an untimed turn)",
     )
     p.add_argument("--engine", action="append", help="NAME[:KEY=VALUE,...] (repeatable)")
-    p.add_argument("--engine-root", action="append", help="NAME=DIR: a checkout (repeatable)")
+    p.add_argument(
+        "--engine-root",
+        action="append",
+        help="NAME=DIR[:KEY=VALUE,...]: a checkout, with those variables (repeatable)",
+    )
     p.add_argument(
         "--variants",
         action="store_true",

@@ -11,7 +11,7 @@ One run per store (SQLite, PostgreSQL or both):
   Each conversation plays its own ``demo:`` script: every turn streams 30 numbered words,
   one chunk every 20–50 ms (chosen per turn), and every other turn first calls the
   ``get_weather`` tool;
-* every link of the workers behind a fault proxy (``tests/support/faultproxy.py``): to the
+* every link of the workers behind a fault proxy (``testkit/faultproxy.py``): to the
   Temporal server, to PostgreSQL (the PostgreSQL run) and to Redis, which holds the live
   chunk stream in both runs (``--no-network``: direct links, the SQLite chunk stream);
 * a chaos loop that, 0.5–1.2 s after each fault began (a replacement for a killed worker
@@ -81,7 +81,7 @@ from durable_turns.devserver import (
 )
 from durable_turns.messages import Message, StepStartPart, TextPart, ToolCallPart, ToolResultPart
 from durable_turns.models.demo import _WORDS  # how the demo model splits text into chunks
-from tests.support.faultproxy import FaultProxy
+from testkit.faultproxy import FaultProxy
 
 PG_BASE = "postgresql://postgres@127.0.0.1:5432/test"
 REDIS_BASE = "redis://127.0.0.1:6379/0"

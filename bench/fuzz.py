@@ -2,7 +2,7 @@
 
     python -m bench fuzz [--seconds 60] [--only intake,providers] [--seed 0] [--out fuzz]
 
-Every target of ``tests/fuzz_targets.py`` (the decoders a client or a provider can feed, and
+Every target of ``testkit/fuzz_targets.py`` (the decoders a client or a provider can feed, and
 the contract each keeps) runs for ``--seconds`` in batches of hypothesis examples, each
 batch under its own seed (``--seed`` picks them, so a run is reproducible), until its time
 is up. A failure is a contract broken: an exception of a type the decoder does not document,
@@ -26,7 +26,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, seed, settings
 
 from bench.common import RESULTS, code_version, loadavg, machine_info, now_iso, versions
-from tests.fuzz_targets import TARGETS, Target, sizes
+from testkit.fuzz_targets import TARGETS, Target, sizes
 
 BATCH = 200
 """Examples per hypothesis run; a target runs batches until its time is up."""

@@ -2,7 +2,7 @@
 
     python -m bench.pace [--rounds N] [--tuned-batch-ms 10] [--tuned-poll-ms 0]
 
-The local server (``tests/llm_server.py``) replays recorded wire formats at a realistic pace:
+The local server (``testkit/llm_server.py``) replays recorded wire formats at a realistic pace:
 ``--first-token-s`` (0.4 s) before the first delta of each response, then ``--tokens-per-s``
 (60) deltas a second. Each turn is 3 model steps: a ``get_weather`` tool call, another, then
 a text answer. One turn of each system per round, the order rotating round by round:
@@ -76,7 +76,7 @@ from bench.common import (
 from bench.pace_sdk import ANTHROPIC_MODEL, OPENAI_DELTAS, anthropic_loop, openai_loop
 from bench.peers import VENV, ensure_venv
 from bench.stream_peers import TOPIC, WORKFLOWS, peer_worker
-from tests.llm_server import FIXTURES, LLMServer, Reply
+from testkit.llm_server import FIXTURES, LLMServer, Reply
 
 TOOL_STEP, TEXT_STEP = "anthropic/tool_use.sse", "anthropic/text_basic.sse"
 OPENAI_TOOL_STEP, OPENAI_TEXT_STEP = (

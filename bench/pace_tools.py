@@ -1,5 +1,5 @@
 """The pace bench's tool: ``get_weather(location)``, the shape of the recorded Anthropic
-tool call (``tests/fixtures/llm/anthropic/tool_use.sse``), offered to every model."""
+tool call (``testkit/fixtures/llm/anthropic/tool_use.sse``), offered to every model."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ process, then on two, for each store.
     python -m bench.scale [--levels 10,100,1000] [--stores sqlite,postgres-redis]
                           [--workers 1,2] [--tokens 100] [--quick]
 
-The model is the local replay server (``tests/llm_server.py``, a process of its own) at a
+The model is the local replay server (``testkit/llm_server.py``, a process of its own) at a
 realistic pace: the first token 400 ms after the request, then 60 tokens a second, each
 token one Anthropic text delta (``first_token_s``/``tokens_per_s`` of its ``Reply``). Each
 turn is the first of its own conversation; the client starts all N at once
@@ -153,14 +153,14 @@ def sse_body(tokens: int) -> str:
 
 
 class Mock:
-    """``python -m tests.llm_server`` as a process of its own, answering every request with
+    """``python -m testkit.llm_server`` as a process of its own, answering every request with
     the paced stream."""
 
     def __init__(self, tmp: Path, tokens: int) -> None:
         self.port = free_port()
         self.log = open(tmp / "llm-server.log", "ab")  # closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.llm_server", "--port", str(self.port)],
+            [sys.executable, "-m", "testkit.llm_server", "--port", str(self.port)],
             cwd=ROOT,
             stdout=self.log,
             stderr=self.log,

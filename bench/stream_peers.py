@@ -73,7 +73,7 @@ CONFIGS = {"defaults": (100.0, 100.0), "tuned": (10.0, 10.0)}
 """``bench.ttft``'s per configuration: the worker's flush interval and the client's poll
 cooldown (ms)."""
 FIXTURES = {"openai-agents": "openai/responses_text.sse", "pydantic-ai": "anthropic/text_basic.sse"}
-"""Each peer's wire format at the local mock (``tests/llm_server.py``)."""
+"""Each peer's wire format at the local mock (``testkit/llm_server.py``)."""
 
 
 def batch_interval() -> timedelta:

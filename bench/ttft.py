@@ -2,7 +2,7 @@
 
     python -m bench.ttft [--rounds N] [--pace TOKENS_PER_S]
 
-One local server replays the providers' recorded wire formats (``tests/llm_server.py``:
+One local server replays the providers' recorded wire formats (``testkit/llm_server.py``:
 Anthropic's Messages, OpenAI's Responses) to the real SDKs; an engine worker process
 (``python worker.py``, SQLite store and chunk stream) points its ``anthropic:`` provider at
 the same server. Rounds interleave:
@@ -86,7 +86,7 @@ from bench.common import (
     temporal_server,
     write_results,
 )
-from tests.llm_server import LLMServer, Recorded, Reply
+from testkit.llm_server import LLMServer, Recorded, Reply
 
 FIXTURE = "anthropic/text_basic.sse"
 FIXTURES = {"/v1/messages": FIXTURE, "/v1/responses": stream_peers.FIXTURES["openai-agents"]}

@@ -3,9 +3,11 @@
 Everything a user needs is importable from here::
 
     from durable_turns import TurnsClient, TurnHooks, TurnConfig, tool, run
+    from durable_turns import DurableTurnsPlugin   # the engine in a team's own worker
 
 The package is laid out in floors, each importing only from the floors below it:
 
+* ``errors``: every exception the engine raises, under ``DurableTurnsError``;
 * ``contract``, ``messages``: the wire contract (names, I/O types, limits) and messages;
 * ``config``, ``tools``, ``transforms``, ``hooks``: what a user configures and extends;
 * ``store``, ``streams``, ``models``: the transcript store, live chunk streams, providers;
@@ -30,6 +32,8 @@ _EXPORTS: dict[str, str] = {
     "Message": "durable_turns.messages",
     "user_message": "durable_turns.messages",
     "Settings": "durable_turns.config",
+    "DurableTurnsError": "durable_turns.errors",
+    "DurableTurnsPlugin": "durable_turns._temporal.plugin",
     # tools and stream transforms
     "Tool": "durable_turns.tools",
     "ToolContext": "durable_turns.tools",
@@ -84,6 +88,8 @@ __all__ = [
     "ChunkContext",
     "ContextBlock",
     "ContextOverflowConfig",
+    "DurableTurnsError",
+    "DurableTurnsPlugin",
     "Extension",
     "Message",
     "PrepareStepContext",
@@ -137,11 +143,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from durable_turns._temporal.plugin import DurableTurnsPlugin
     from durable_turns.agents import AgentTask, agent_tool
     from durable_turns.client import TurnsClient
     from durable_turns.config import Settings
     from durable_turns.contract import SubmitMessages, TurnResult
     from durable_turns.entry import run
+    from durable_turns.errors import DurableTurnsError
     from durable_turns.hooks import (
         CONTEXT_OVERFLOW_PATTERN,
         CacheConfig,

@@ -18,7 +18,10 @@ import argparse
 import asyncio
 import contextlib
 import importlib
+import importlib.metadata
 import json
+import shlex
+import signal
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -41,6 +44,7 @@ from durable_turns.contract import (
     regenerate_problem,
 )
 from durable_turns.devserver import EmbeddedServer, ServerStartError, port_free, port_open
+from durable_turns.errors import DurableTurnsError
 
 
 def _print_result(result: TurnResult) -> None:
@@ -58,7 +62,7 @@ def fail(message: str) -> int:
     return 1
 
 
-class InvalidInput(Exception):
+class InvalidInput(DurableTurnsError):
     """A mistake in what the user typed: one line, exit status 2, nothing sent or retried."""
 
 
@@ -192,6 +196,12 @@ async def chat(args: argparse.Namespace, settings: Settings) -> int:
     turn that finished with no live chunks where this client looks is reported, with the
     place the workers keep their stream, and its reply printed from the result.
     """
+    if not args.message.strip():
+        raise InvalidInput(
+            f"the message is {'empty' if not args.message else 'only whitespace'}: a turn"
+            f" needs something to answer (e.g. turns chat {shlex.quote(args.conversation)}"
+            " 'Weather in Paris?')"
+        )
     body = parse_body(args.body)
     metadata = parse_metadata(args.metadata)
     check_model(args.model)
@@ -217,6 +227,7 @@ async def regenerate(args: argparse.Namespace, settings: Settings) -> int:
         lambda client: client.start_regenerate(
             args.conversation, args.message, model=args.model, body=body, metadata=metadata
         ),
+        existing=True,
     )
 
 
@@ -224,10 +235,14 @@ async def _run_turn(
     settings: Settings,
     conversation: str,
     start: Callable[[TurnsClient], Awaitable[RequestRecord]],
+    existing: bool = False,
 ) -> int:
-    """Start a turn (``start``), print its reply live, then its status (see :func:`chat`)."""
+    """Start a turn (``start``), print its reply live, then its status (see :func:`chat`).
+    ``existing``: only in a conversation that exists (a typo creates nothing)."""
     client = await _client(settings)
     try:
+        if existing and not await client.exists(conversation):
+            return fail(_no_conversation(conversation, settings))
         polling = await workers(client)
         if not polling:
             return fail(
@@ -309,10 +324,25 @@ def _rejection(error: WorkflowUpdateFailedError) -> str:
     return f"the conversation rejected the request ({kind}): {message}"
 
 
+def _no_conversation(conversation: str, settings: Settings) -> str:
+    return (
+        f"no conversation {conversation!r} on {settings.address} (task queue"
+        f" {settings.task_queue!r}): `turns chat {conversation} MESSAGE` starts one"
+    )
+
+
 async def continue_turn(args: argparse.Namespace, settings: Settings) -> int:
     """``continueLastTurn`` (signal-with-start), then its turn's result. A signal has no
-    answer: a request the conversation rejects is found in ``state`` and said here."""
+    answer: a request the conversation rejects is found in ``state`` and said here. Only in
+    a conversation that exists: a typo creates nothing."""
     client = await _client(settings)
+    if not await client.exists(args.conversation):
+        return fail(_no_conversation(args.conversation, settings))
+    if not await workers(client):
+        return fail(
+            f"no worker polls task queue {client.task_queue!r} on {settings.address}:"
+            " start one with `turns worker` (or check TURNS_TASK_QUEUE)"
+        )
     request_id = await client.continue_last_turn(args.conversation)
     result = await client.wait(args.conversation, request_id)
     if result.turn_number == 0 and result.status == "error" and result.error is not None:
@@ -428,12 +458,27 @@ async def state(args: argparse.Namespace, settings: Settings) -> int:
     """The conversation's state as JSON (stdout), then where its workers keep their data
     (stderr, so the JSON stays pipeable)."""
     client = await _client(settings)
+    conversation = args.conversation
     try:
-        current = await client.state(args.conversation)
+        described = await client.conversation(conversation).describe()
     except RPCError as e:
         if e.status == RPCStatusCode.NOT_FOUND:
-            return fail(f"no conversation {args.conversation!r} on {settings.address}")
-        return fail(f"cannot query conversation {args.conversation!r}: {e.message}")
+            return fail(_no_conversation(conversation, settings))
+        raise
+    queue = described.task_queue
+    no_worker = (
+        f"no worker polls task queue {queue!r} on {settings.address}, and a conversation's"
+        f" state is answered by its worker: start one with `turns worker` (conversation"
+        f" {conversation!r} is {(described.status or WorkflowExecutionStatus.RUNNING).name.lower()})"
+    )
+    if not await _pollers(client, queue, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW):
+        return fail(no_worker)  # the query would wait for one, then say "Timeout expired"
+    try:
+        current = await client.state(conversation)
+    except RPCError as e:
+        if e.status == RPCStatusCode.DEADLINE_EXCEEDED:  # the worker went away meanwhile
+            return fail(no_worker)
+        return fail(f"cannot query conversation {conversation!r}: {e.message}")
     print(current.model_dump_json(indent=2))
     rejected = [r for r in current.recent if r.status == "rejected" and r.error is not None]
     if current.rejected_count and rejected:
@@ -519,13 +564,30 @@ def _describe(part: dict[str, Any]) -> str:
 
 
 async def server(args: argparse.Namespace, settings: Settings) -> int:
+    """The embedded dev server alone, until Ctrl-C or SIGTERM (then stopped); a SIGKILL of
+    this process ends it too (``devserver._end_with_parent``). Workers and the other
+    commands started without ``TEMPORAL_ADDRESS`` use it."""
     srv = EmbeddedServer(settings.data_dir, port=settings.embedded_port, ui_port=settings.ui_port)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     await srv.start()
-    print(f"Temporal dev server on {srv.address}; UI at {srv.ui_url}. Ctrl-C stops it.", flush=True)
+    if srv.shared:
+        return fail(
+            f"a Temporal server already runs on {srv.address} (another `turns server`, or a"
+            " `turns worker` started it): workers and commands use it as it is; set"
+            " TURNS_EMBEDDED_PORT and TURNS_UI_PORT to start another beside it"
+        )
     try:
-        await asyncio.Event().wait()
+        print(
+            f"Temporal dev server on {srv.address}; UI at {srv.ui_url}. Ctrl-C stops it.",
+            flush=True,
+        )
+        await stop.wait()
     finally:
-        srv.stop()
+        await asyncio.to_thread(srv.stop)
+    print("Temporal dev server stopped.", flush=True)
     return 0
 
 
@@ -582,11 +644,19 @@ async def demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
+    """The ``turns`` command's parser."""
+    return parsers()[0]
+
+
+def parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    """The ``turns`` parser and each subcommand's (for a mistake's usage line)."""
     from durable_turns import runtime
 
     p = argparse.ArgumentParser(
         prog="turns", description="durable-turns: every chat turn a Temporal workflow"
     )
+    version = importlib.metadata.version("durable-turns")
+    p.add_argument("--version", action="version", version=f"%(prog)s {version}")
     sub = p.add_subparsers(dest="command", required=True)
 
     w = sub.add_parser("worker", help="run a worker")
@@ -625,7 +695,7 @@ def parser() -> argparse.ArgumentParser:
     t = sub.add_parser("transcript", help="show a conversation's stored messages")
     t.add_argument("conversation")
     t.add_argument("--json", action="store_true", help="one JSON message per line")
-    return p
+    return p, dict(sub.choices)
 
 
 COMMANDS = {
@@ -642,15 +712,34 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+    from durable_turns.redaction import install_log_redaction
+
+    install_log_redaction()  # before anything logs: every command's records, uvicorn's too
+    top, subcommands = parsers()
+    args, unknown = top.parse_known_args(argv)
+    if unknown:  # said with the usage of the (sub)command they follow
+        words = sys.argv[1:] if argv is None else argv
+        after = words[words.index(args.command) + 1 :]
+        usage = subcommands[args.command] if all(u in after for u in unknown) else top
+        usage.error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "worker":
         from durable_turns import runtime
 
-        runtime.main(argv[1:] if argv else sys.argv[2:])
-        return
+        try:
+            runtime.main(argv[1:] if argv else sys.argv[2:])
+            code = 0
+        except SystemExit as e:  # "worker: …" (a port in use, a bad setting): said here
+            if e.code is None or isinstance(e.code, int):
+                code = e.code or 0
+            else:
+                print(e.code, file=sys.stderr)
+                code = 1
+        if argv is not None:
+            sys.exit(code)
+        _exit(code)  # the worker used a Temporal client: no interpreter teardown
     conversation = getattr(args, "conversation", None)
     if conversation is not None and (problem := id_problem(conversation)):
-        parser().exit(2, f"turns {args.command}: invalid conversation id: {problem}\n")
+        top.exit(2, f"turns {args.command}: invalid conversation id: {problem}\n")
     try:
         settings = Settings.from_env()
         code = asyncio.run(COMMANDS[args.command](args, settings))

@@ -26,6 +26,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 from temporalio.service import RPCError, RPCStatusCode
 
+from durable_turns._temporal.interceptors import update_bound
 from durable_turns.codec import data_converter_from_env
 from durable_turns.config import Settings
 from durable_turns.contract import (
@@ -48,6 +49,7 @@ from durable_turns.contract import (
     added_request_id,
     check_conversation_id,
     check_metadata,
+    check_not_empty,
     id_problem,
     regenerate_problem,
     turn_id,
@@ -75,7 +77,10 @@ class TurnsClient:
     async def connect(cls, settings: Settings | None = None) -> TurnsClient:
         settings = settings or Settings.from_env()
         client = await Client.connect(
-            settings.address, namespace=settings.namespace, data_converter=data_converter_from_env()
+            settings.address,
+            namespace=settings.namespace,
+            data_converter=data_converter_from_env(),
+            interceptors=[update_bound()],  # no update a worker could not answer is sent
         )
         return cls(client, settings.task_queue, settings.resolved_chunk_stream_url)
 
@@ -89,6 +94,19 @@ class TurnsClient:
         (``durable_turns.contract.MAX_ID_BYTES``), before anything is sent."""
         return self.client.get_workflow_handle(check_conversation_id(conversation_id))
 
+    async def exists(self, conversation_id: str) -> bool:
+        """Whether the conversation's workflow is known to the server (running, or closed
+        and still within the namespace's retention). ``send``, ``submit``,
+        ``continue_last_turn`` and ``regenerate`` start a conversation that does not exist;
+        ask this first where a typo must not make one (``turns continue`` does)."""
+        try:
+            await self.conversation(conversation_id).describe()
+        except RPCError as e:
+            if e.status == RPCStatusCode.NOT_FOUND:
+                return False
+            raise
+        return True
+
     @staticmethod
     def request(
         content: str | list[Message],
@@ -100,8 +118,10 @@ class TurnsClient:
     ) -> dict[str, Any]:
         """The JSON of a ``submitMessages``/``sendMessage`` request. ``metadata``: the
         turn's metadata (a JSON object of at most ``contract.MAX_METADATA_BYTES``; raises
-        ``InvalidMetadata`` before anything is sent)."""
-        messages = [user_message(content)] if isinstance(content, str) else content
+        ``InvalidMetadata`` before anything is sent). A message with nothing in it (no
+        part, only empty or whitespace text) raises ``EmptyMessage``: a turn needs
+        something to answer."""
+        messages = check_not_empty([user_message(content)] if isinstance(content, str) else content)
         if request_id is not None and (problem := id_problem(request_id, "request id")):
             raise InvalidId(problem)
         request: dict[str, Any] = {

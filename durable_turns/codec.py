@@ -68,6 +68,9 @@ from durable_turns.contract import (
     RequestRecord,
     TurnResult,
 )
+from durable_turns.errors import CodecError as CodecError
+from durable_turns.errors import DecryptionError, KeyConfigError, UnknownKeyError
+from durable_turns.redaction import register
 
 ENV_KEYS = "TURNS_ENCRYPTION_KEYS"
 ENV_KEYS_FILE = "TURNS_ENCRYPTION_KEYS_FILE"
@@ -79,30 +82,6 @@ KEY_BYTES = 32
 NONCE_BYTES = 12
 _AAD_PREFIX = b"durable-turns/payload/v1:"
 _KEY_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-
-
-class CodecError(Exception):
-    """Base of the codec's errors."""
-
-
-class KeyConfigError(CodecError, ValueError):
-    """``TURNS_ENCRYPTION_KEYS`` (or a key given in code) is missing or malformed."""
-
-
-class UnknownKeyError(CodecError):
-    """A payload was encrypted with a key id this process does not know."""
-
-    def __init__(self, key_id: str, known: Sequence[str]) -> None:
-        self.key_id = key_id
-        self.known = tuple(known)
-        super().__init__(
-            f"payload encrypted with key id {key_id!r}, which is not configured here"
-            f" (known: {', '.join(self.known) or 'none'}); add it to {ENV_KEYS}"
-        )
-
-
-class DecryptionError(CodecError):
-    """A payload marked encrypted is malformed or fails authentication (tampered, wrong key)."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +132,12 @@ def _decode_key(key_id: str, text: str) -> bytes:
 
 def parse_keys(spec: str) -> list[EncryptionKey]:
     """``"k2:BASE64,k1:BASE64"`` → keys, current first. Raises :class:`KeyConfigError`, which
-    shows no key: not where it belongs, nor where an id belongs (``<key>:<id>``)."""
+    shows no key: not where it belongs, nor where an id belongs (``<key>:<id>``). Each key's
+    text (both base64 alphabets) is masked in every log record from now on."""
+    for entry in spec.split(","):
+        material = entry.partition(":")[2].strip()
+        urlsafe = material.replace("+", "-").replace("/", "_")
+        register(material, urlsafe, urlsafe.replace("-", "+").replace("_", "/"))
     try:
         return _parse_keys(spec)
     except KeyConfigError as e:
@@ -295,7 +279,9 @@ class EncryptionCodec(PayloadCodec):
             )
 
 
-def _keys_spec(environ: Mapping[str, str]) -> str | None:
+def keys_spec(environ: Mapping[str, str]) -> str | None:
+    """The keys' text: ``TURNS_ENCRYPTION_KEYS``, or the file ``TURNS_ENCRYPTION_KEYS_FILE``
+    names (one of them)."""
     inline = (environ.get(ENV_KEYS) or "").strip()
     path = (environ.get(ENV_KEYS_FILE) or "").strip()
     if inline and path:
@@ -314,7 +300,7 @@ def _keys_spec(environ: Mapping[str, str]) -> str | None:
 
 def codec_from_env(environ: Mapping[str, str] | None = None) -> EncryptionCodec | None:
     """The codec the environment configures, or None when no keys are set."""
-    spec = _keys_spec(os.environ if environ is None else environ)
+    spec = keys_spec(os.environ if environ is None else environ)
     return EncryptionCodec.from_spec(spec) if spec else None
 
 

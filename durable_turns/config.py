@@ -10,6 +10,7 @@ overrides it) and runs the offline ``demo:`` model. So a worker started in one d
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, get_args
@@ -22,6 +23,10 @@ from durable_turns.contract import (
     MAX_DEBOUNCE_MS,
     MessageConcurrency,
 )
+from durable_turns.redaction import register
+
+_PRINCIPAL = re.compile(r"[A-Za-z0-9_.@-]+")
+"""A principal's name in ``TURNS_HTTP_TOKEN``'s ``name=token``."""
 
 EMBEDDED_HOST = "127.0.0.1"
 MAX_CRASH_RETRIES = 50
@@ -44,8 +49,48 @@ def default_data_dir() -> Path:
     return (base / "durable-turns").absolute()
 
 
+SECRET_QUERY_KEYS = frozenset(
+    {
+        "password",
+        "pass",
+        "pwd",
+        "key",
+        "apikey",
+        "api_key",
+        "api-key",
+        "token",
+        "access_token",
+        "auth",
+        "secret",
+        "sig",
+        "signature",
+    }
+)
+"""Query parameters whose values are secrets (``?password=…``, ``?key=…``, ``?token=…``)."""
+
+
+def url_secrets(url: str | None) -> list[str]:
+    """The secrets a URL carries: its password (or a lone user name, which may be a token)
+    and the values of its :data:`SECRET_QUERY_KEYS` parameters."""
+    if not url:
+        return []
+    try:
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError:
+        return []
+    found = []
+    if "@" in parts.netloc:
+        userinfo = parts.netloc.rpartition("@")[0]
+        user, sep, password = userinfo.partition(":")
+        found.append(password if sep else user)
+    found += [v for k, v in query if k.lower() in SECRET_QUERY_KEYS and v]
+    return found
+
+
 def mask_url(url: str | None) -> str:
-    """A URL fit to print: passwords (in the netloc or a ``password=`` query) masked."""
+    """A URL fit to print: passwords (in the netloc) and the values of secret query
+    parameters (:data:`SECRET_QUERY_KEYS`) masked."""
     if not url:
         return "none"
     try:
@@ -60,11 +105,28 @@ def mask_url(url: str | None) -> str:
         masked = masked.replace(parts.netloc, netloc, 1)
     if parts.query:
         query = "&".join(
-            f"{k}=***" if k.lower() in ("password", "pass", "pwd") else f"{k}={v}" if v else k
+            f"{k}=***" if k.lower() in SECRET_QUERY_KEYS else f"{k}={v}" if v else k
             for k, v in parse_qsl(parts.query, keep_blank_values=True)
         )
         masked = masked.replace(parts.query, query, 1)
     return masked
+
+
+def http_tokens(spec: str) -> dict[str, str]:
+    """``TURNS_HTTP_TOKEN`` read: ``token`` (principal ``default``) or ``alice=tok1,bob=tok2``,
+    as ``{token: principal}``."""
+    tokens: dict[str, str] = {}
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            continue
+        name, sep, token = item.partition("=")
+        if not (sep and _PRINCIPAL.fullmatch(name) and token.strip("=")):
+            # one token (base64 padding included: "abc==" is a token, not "abc" = "=")
+            name, token = "default", item
+        tokens[token] = name
+    if not tokens:
+        raise ValueError("TURNS_HTTP_TOKEN is empty")
+    return tokens
 
 
 def _on_off(name: str, default: bool) -> bool:
@@ -156,6 +218,10 @@ class Settings:
     http_models: list[str] = field(default_factory=list)
     """TURNS_HTTP_MODELS: model ids a browser's request may choose (``model`` in the body);
     unset: a browser's ``model`` is ignored."""
+    http_origins: list[str] = field(default_factory=list)
+    """TURNS_HTTP_ORIGINS: without authentication, origins (``scheme://host[:port]``) besides
+    the front door's own whose pages may call it, e.g. a dev server that proxies ``/api``
+    and rewrites ``Host``; unset: only the door's own (docs/web.md#security)."""
     http_max_streams: int = 4096
     """TURNS_HTTP_MAX_STREAMS: open SSE responses per front-door process; past it, 503."""
     http_protocol: int = 7
@@ -170,15 +236,13 @@ class Settings:
     tools, hooks, ``on_chunk`` and stream transforms run on, one call per loop while there are
     enough, so one that blocks delays only its own turn; 0 runs them on the worker's loop
     (at most 256)."""
-    slow_activation_ms: int = 500
-    """TURNS_SLOW_ACTIVATION_MS: a workflow activation that runs longer is logged (a warning
-    with the workflow and its jobs): Temporal fails a task whose activation passes 2 s."""
     workflow_sandbox: bool = False
     """TURNS_WORKFLOW_SANDBOX: ``off`` (the default) runs the engine's own workflows as plain
-    code, ``on`` in temporalio's sandbox (its restrictions catch a non-deterministic call in
-    workflow code as it runs, at a cost per turn: the workflow module re-imported for every
-    run, an ``exec`` per activation). No user code runs in a workflow either way, and the
-    recorded histories replay under both (docs/operations.md#the-workflow-sandbox)."""
+    code (the SDK's ``UnsandboxedWorkflowRunner``), ``on`` in temporalio's sandbox (its
+    restrictions catch a non-deterministic call in workflow code as it runs, at a cost per
+    turn: the workflow module re-imported for every run, an ``exec`` per activation). No user
+    code runs in a workflow either way; a lint of the workflow modules, the recorded histories
+    replayed under both and CI's sandboxed run guard determinism (docs/architecture.md)."""
     message_concurrency: str | None = None
     """TURNS_MESSAGE_CONCURRENCY: the default, for conversations this worker opens, of what a
     message does that arrives while a turn runs or waits: ``queue`` (unset), ``latest``,
@@ -221,12 +285,12 @@ class Settings:
             demo_dir=Path(demo) if (demo := _env("TURNS_DEMO_DIR")) else None,
             http_token=_env("TURNS_HTTP_TOKEN"),
             http_models=_split(_env("TURNS_HTTP_MODELS")),
+            http_origins=_split(_env("TURNS_HTTP_ORIGINS")),
             http_max_streams=int(_env("TURNS_HTTP_MAX_STREAMS", "4096") or 4096),
             http_protocol=int(_env("TURNS_HTTP_PROTOCOL", "7") or 7),
             http_max_streams_per_principal=int(
                 _env("TURNS_HTTP_MAX_STREAMS_PER_PRINCIPAL", "256") or 256
             ),
-            slow_activation_ms=int(_env("TURNS_SLOW_ACTIVATION_MS", "500") or 0),
             user_loops=int(_env("TURNS_USER_LOOPS", "32") or 0),
             workflow_sandbox=_on_off("TURNS_WORKFLOW_SANDBOX", False),
             message_concurrency=_env("TURNS_MESSAGE_CONCURRENCY") or None,
@@ -234,6 +298,10 @@ class Settings:
         )
 
     def __post_init__(self) -> None:
+        # the secrets configured here are masked in every log record from now on
+        register(*url_secrets(self.store_url), *url_secrets(self.chunk_stream_url))
+        if self.http_token:
+            register(*http_tokens(self.http_token))
         if self.max_steps < 1:
             raise ValueError("TURNS_MAX_STEPS must be at least 1")
         if self.stall_timeout_ms < 0:

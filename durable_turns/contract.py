@@ -4,6 +4,10 @@ Clients (any language), workflows and activities all import this one module. Eve
 is a JSON object with snake_case fields and defaults, so it can grow without breaking
 running workflows. Workflow, signal, query, update and activity names below are persisted
 compatibility data: running workflows replay against them, so never rename them casually.
+
+Why it is long (about 1,000 lines): it is the whole wire contract in one place, the one file a
+client in another language reads, and a module the workflow sandbox passes through whole;
+split, the persisted names and the types that carry them would scatter across files.
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ from pydantic import (
 )
 from temporalio.common import SearchAttributeKey
 
-from durable_turns.messages import Message, Usage
+from durable_turns.errors import EmptyMessage, InvalidId, InvalidMetadata
+from durable_turns.messages import Message, TextPart, Usage
 
 # --- names ---------------------------------------------------------------------------------
 
@@ -177,6 +182,9 @@ HOOK_ERROR = "HookError"
 INVALID_REQUEST = "InvalidRequest"
 INVALID_MODEL = "InvalidModel"
 INVALID_ID = "InvalidId"
+EMPTY_MESSAGE = "EmptyMessage"
+"""A request to run a turn holds a message with nothing in it: no parts, or only text that is
+empty or whitespace (:func:`empty_message_problem`)."""
 """A conversation, request or message id breaks the id rules (:data:`MAX_ID_BYTES`)."""
 INVALID_PAYLOAD = "InvalidPayload"
 """A signal or update payload that cannot be decoded (not JSON, bad UTF-8, too deep,
@@ -351,10 +359,6 @@ def _valid_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
     return value
 
 
-class InvalidMetadata(ValueError):
-    """A request's ``metadata`` is not a bounded JSON object; raised by clients before sending."""
-
-
 def check_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
     """``metadata`` (``{}`` for None) if valid; raises :class:`InvalidMetadata` otherwise."""
     if metadata is None:
@@ -365,8 +369,26 @@ def check_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
     return metadata
 
 
-class InvalidId(ValueError):
-    """A client-chosen id breaks the id rules; raised by clients and the CLI before sending."""
+def empty_message_problem(messages: Iterable[Message]) -> str | None:
+    """Why messages sent to run a turn cannot be (None when they can): one of them holds
+    nothing, no part, or only text parts that are empty or whitespace (a file, a tool call,
+    any other part counts as content). ``turns chat c ""`` would otherwise run a whole turn
+    on nothing. Checked by the Python client (raising :class:`EmptyMessage` before sending),
+    the ``turns`` command and the conversation's ``sendMessage``/``startTurn`` validator
+    (rejected as :data:`EMPTY_MESSAGE`)."""
+    for i, message in enumerate(messages):
+        if not any(not isinstance(p, TextPart) or p.text.strip() for p in message.parts):
+            what = "has no content" if not message.parts else "has only empty text"
+            return f"message {i} ({message.role}) {what}: a turn needs something to answer"
+    return None
+
+
+def check_not_empty(messages: list[Message]) -> list[Message]:
+    """``messages`` if none is empty; raises :class:`EmptyMessage` otherwise."""
+    problem = empty_message_problem(messages)
+    if problem:
+        raise EmptyMessage(problem)
+    return messages
 
 
 def check_conversation_id(conversation_id: str) -> str:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from durable_turns.config import EMBEDDED_HOST, Settings
 from durable_turns.contract import TurnResult, turn_workflow_id
 from durable_turns.devserver import ServerStartError, http_answers, port_open, temporal_answers
+from durable_turns.errors import DemoError
 from durable_turns.messages import TextPart, ToolCallPart, ToolResultPart
 from durable_turns.store import open_store
 
@@ -40,10 +41,6 @@ TURN_NOTICE_S = 15.0
 
 TURN_TIMEOUT_S = 120.0
 """And after this long it gives up, in one line, with exit status 1."""
-
-
-class DemoError(Exception):
-    """What stops the demo, said in one line (exit status 1)."""
 
 
 async def run_demo(settings: Settings, keep: bool = False) -> int:

@@ -7,6 +7,13 @@ sequential workflow tasks are not put on a 50 ms grid, and with eager activities
 task that schedules an activity on its own queue receives it at once
 (:data:`FAST_DYNAMIC_CONFIG`).
 
+A Temporal server already answering on the embedded port (``turns server``, another
+worker's) is used as it is and left running (:meth:`EmbeddedServer.start`). A server this
+module starts ends with the process that started it, however that process ends (Ctrl-C,
+SIGTERM, SIGKILL): it is its own process group (a terminal's Ctrl-C reaches only its
+parent, which stops it) and, on Linux, gets SIGTERM when its parent dies
+(``PR_SET_PDEATHSIG``, :func:`_end_with_parent`).
+
 Its SQLite file is kept as the engine keeps its own SQLite store (``sqlite_wal.py``): a
 write-ahead log, synced at checkpoints rather than at every commit (:data:`SQLITE_PRAGMAS`).
 """
@@ -14,23 +21,40 @@ write-ahead log, synced at checkpoints rather than at every commit (:data:`SQLIT
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
+import logging
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import sysconfig
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client
 
 from durable_turns.contract import SEARCH_ATTRIBUTES
+from durable_turns.errors import ServerStartError
+
+log = logging.getLogger(__name__)
+
+SIGNALS_PER_RUN = 2_500
+"""``history.maximumSignalsPerExecution`` on the embedded server and the tests' (Temporal's
+default: 10,000): every signal of a burst that arrives while no worker runs is one job of one
+activation, which the SDK runs at ~35 µs a signal idle and several times that with the cores
+loaded: with both cores loaded, 5,000 in one activation ran past the deadlock detector's 2 s
+and 3,000 did not (docs/limits.md). Past it, a signal to that run is refused to its
+sender; a continue-as-new starts the count again."""
 
 FAST_DYNAMIC_CONFIG = [
     "history.transferProcessorMaxPollRPS=10000",
     "system.enableActivityEagerExecution=true",
+    f"history.maximumSignalsPerExecution={SIGNALS_PER_RUN}",
 ]
 """Dynamic config of the embedded server (and the tests' server), each measured on 2 cores.
 
@@ -105,11 +129,6 @@ def port_free(host: str, port: int) -> bool:
     return True
 
 
-class ServerStartError(RuntimeError):
-    """The embedded server cannot start (a port in use, the binary failed): said in one
-    line by the ``turns`` commands, never as a traceback."""
-
-
 async def temporal_answers(address: str, timeout_s: float = 5.0) -> bool:
     """Whether a Temporal server answers at ``address`` (within ``timeout_s``)."""
     try:
@@ -150,6 +169,7 @@ class EmbeddedServer:
         self.data_dir = data_dir
         self.host, self.port, self.ui_port, self.ui = host, port, ui_port, ui
         self.process: subprocess.Popen[bytes] | None = None
+        self._shared = False
 
     @property
     def address(self) -> str:
@@ -159,13 +179,29 @@ class EmbeddedServer:
     def ui_url(self) -> str:
         return f"http://{self.host}:{self.ui_port}"
 
+    @property
+    def shared(self) -> bool:
+        """Whether :meth:`start` found a Temporal server already on the port and uses it (so
+        :meth:`stop` leaves it running)."""
+        return self._shared
+
     async def start(self, timeout_s: float = 30) -> None:
+        """Start the server, or use the Temporal server that already answers on the port
+        (``turns server``, another worker's), leaving it as it is. Something else on the
+        port, or a UI port in use, is a :class:`ServerStartError`."""
         if port_open(self.host, self.port):
+            if await temporal_answers(self.address):
+                self._shared = True
+                log.info(
+                    "using the Temporal server already running on %s (`turns server` or"
+                    " another worker started it); it keeps running when this process stops",
+                    self.address,
+                )
+                return
             raise ServerStartError(
                 f"cannot start the embedded Temporal server: something already listens on"
-                f" {self.address} (another `turns worker` or `turns server`?): set"
-                f" TEMPORAL_ADDRESS={self.address} to use it, TURNS_EMBEDDED_PORT to another"
-                " port, or stop it"
+                f" {self.address}, and it is not a Temporal server: stop it, or set"
+                " TURNS_EMBEDDED_PORT to a free port (or TEMPORAL_ADDRESS to your server)"
             )
         if self.ui and port_open(self.host, self.ui_port):
             raise ServerStartError(
@@ -214,14 +250,19 @@ class EmbeddedServer:
         )
 
     def _spawn(self, cmd: list[str]) -> subprocess.Popen[bytes]:
-        log = open(self.data_dir / "temporal-server.log", "ab")
-        return subprocess.Popen(
-            cmd,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        """The server process: a session of its own (a terminal's Ctrl-C is its parent's to
+        handle), ended with its parent (:func:`_end_with_parent`). Called on the thread that
+        lives as long as the process (the event loop's): Linux's parent-death signal follows
+        the thread that started the child."""
+        with open(self.data_dir / "temporal-server.log", "ab") as out:
+            return subprocess.Popen(
+                cmd,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_end_with_parent(),
+            )
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
@@ -232,3 +273,28 @@ class EmbeddedServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+PR_SET_PDEATHSIG = 1
+"""``prctl`` option (linux/prctl.h): the signal a process gets when its parent dies."""
+
+
+def _end_with_parent() -> Callable[[], None] | None:
+    """What the child runs before ``exec`` so it gets SIGTERM when its parent dies, however
+    the parent dies (SIGKILL included): ``prctl(PR_SET_PDEATHSIG, SIGTERM)``; and, if the
+    parent died already (between the fork and that call), it ends at once. None off Linux
+    (there the server is stopped by its parent's own stop, not on a SIGKILL of the parent).
+
+    libc is loaded here, in the parent: the child only makes two system calls."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    prctl = libc.prctl
+    parent = os.getpid()
+
+    def in_child() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return in_child

@@ -18,6 +18,11 @@ sees, never the worker's end. A cancelled call is cancelled at the server too (t
 The annotations set each tool's defaults, read with the MCP spec's defaults: retry-safe when
 ``readOnlyHint`` or ``idempotentHint``; waits for approval unless ``readOnlyHint`` or
 ``destructiveHint: false`` (``approval`` and per-tool ``tools`` in the config change that).
+
+Why it is long (about 850 lines): it is the whole client side of MCP (configuration, the
+session with its reconnects over stdio and HTTP, the tools it makes), of which the worker
+imports only ``McpPool``, ``McpServerConfig`` and ``servers_from``; the configuration half
+(``ToolOverride`` to ``split_env``) is the seam to split along if it grows.
 """
 
 from __future__ import annotations
@@ -39,8 +44,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from durable_turns.config import mask_url
+from durable_turns.config import mask_url, url_secrets
+from durable_turns.errors import DurableTurnsError, McpError, McpProtocolError, McpServerUnavailable
 from durable_turns.messages import ToolSpec
+from durable_turns.redaction import redact, register
 from durable_turns.tools import Tool, ToolContext, ToolFailed, ToolRegistry
 
 log = logging.getLogger("durable_turns.mcp")
@@ -57,6 +64,9 @@ _SERVER_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]|_(?!_))*$")
 _NOT_ALLOWED = re.compile(r"[^A-Za-z0-9_-]")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
+_PLAIN_HEADERS = frozenset({"accept", "accept-language", "content-type", "user-agent"})
+"""Headers that carry no secret: their values are not masked (unless a ``${VAR}`` fills one)."""
+
 Approval = Literal["destructive", "explicit", "always", "never"]
 APPROVALS = ("destructive", "explicit", "always", "never")
 
@@ -68,19 +78,6 @@ class ToolOverride:
 
     approval: bool | None = None
     retry_safe: bool | None = None
-
-
-class McpServerUnavailable(Exception):
-    """The server could not be reached, or dropped during the call."""
-
-
-class McpError(Exception):
-    """The server answered the call with a JSON-RPC error."""
-
-
-class McpProtocolError(Exception):
-    """The server broke the protocol during the call: a line on stdout that is no JSON-RPC
-    message, an answer to a request never sent, or a result that is not a tool result."""
 
 
 def tool_name(server: str, tool: str) -> str:
@@ -148,8 +145,12 @@ class McpServerConfig:
         return f"http: {mask_url(self.url)}"
 
     def resolved(self) -> tuple[McpServerConfig, list[str]]:
-        """The config with every ``${VAR}`` filled in, and the values filled in (to scrub
-        from any error text). A variable that is not set is an error naming it."""
+        """The config with every ``${VAR}`` filled in, and the values filled in. A variable
+        that is not set is an error naming it. Its secrets are masked in every log record and
+        error text from now on (``durable_turns.redaction``): every value filled in, every
+        ``env`` and header value (and each word of one: the token of ``Bearer <token>``; not
+        ``Accept``, ``Content-Type`` and the like), and the URL's password and secret query
+        values."""
         secrets: list[str] = []
 
         def fill(text: str) -> str:
@@ -174,6 +175,10 @@ class McpServerConfig:
             url=fill(self.url) if self.url is not None else None,
             headers={k: fill(v) for k, v in self.headers.items()},
         )
+        plain = [v for k, v in done.headers.items() if k.lower() in _PLAIN_HEADERS]
+        values = [*done.env.values(), *(v for v in done.headers.values() if v not in plain)]
+        register(*secrets, *values, *(w for v in values for w in v.split()))
+        register(*url_secrets(done.url))
         return done, secrets
 
 
@@ -435,7 +440,7 @@ class _Writes:
         await self._inner.send(item)
 
 
-class _SessionLost(Exception):
+class _SessionLost(DurableTurnsError):
     """An HTTP server refused the call for its session (it restarted, or expired it)."""
 
     def __init__(self, text: str, unprocessed: bool) -> None:
@@ -465,9 +470,8 @@ class McpConnection:
         return self._live is not None and self._task is not None and not self._task.done()
 
     def scrub(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
+        """``text`` without any secret (the values filled in, short ones too)."""
+        return redact(text, *self._secrets)
 
     async def session(self) -> Any:
         """The live session, connecting (again) first if there is none."""
@@ -642,9 +646,10 @@ class McpConnection:
         except MCPError as e:
             if e.code == CONNECTION_CLOSED:
                 self.dead(live)
+                again = "reconnected" if self.config.transport == "http" else "started again"
                 raise McpServerUnavailable(
                     f"MCP server {server!r} closed the connection during the call"
-                    " (it is started again on the next call)"
+                    f" (it is {again} on the next call)"
                 ) from None
             message = self.scrub(e.message)
             if self.config.transport == "http" and (
@@ -780,6 +785,17 @@ def tool_policy(config: McpServerConfig, name: str, hints: Any) -> tuple[bool, b
     return retry_safe, approval
 
 
+def _scrubbed(conn: McpConnection, value: Any) -> Any:
+    """A JSON value with every secret masked in its strings."""
+    if isinstance(value, str):
+        return conn.scrub(value)
+    if isinstance(value, list):
+        return [_scrubbed(conn, v) for v in value]
+    if isinstance(value, dict):
+        return {k: _scrubbed(conn, v) for k, v in value.items()}
+    return value
+
+
 def make_tool(config: McpServerConfig, remote: Any, conn: McpConnection) -> McpTool:
     remote_name = remote.name
     retry_safe, needs_approval = tool_policy(config, remote_name, remote.annotations)
@@ -787,8 +803,8 @@ def make_tool(config: McpServerConfig, remote: Any, conn: McpConnection) -> McpT
     async def run(args: _McpArgs, ctx: ToolContext) -> Any:
         result = await conn.call(remote_name, args.model_dump(mode="json"), ctx, retry_safe)
         output = result_output(result)
-        if result.is_error:
-            raise ToolFailed(output)
+        if result.is_error:  # a server that echoes its credentials in an error says none
+            raise ToolFailed(_scrubbed(conn, output))
         return output
 
     return McpTool(

@@ -22,7 +22,7 @@ import sys
 import traceback
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.api.enums.v1 import IndexedValueType
@@ -36,22 +36,18 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from durable_turns import payload_visits
-from durable_turns.activities import ActivityDeps, all_activities, isolation
+from durable_turns._temporal.interceptors import answerable_bytes, update_bound
+from durable_turns._temporal.plugin import DurableTurnsPlugin
 from durable_turns.activities.heartbeats import worker_options
-from durable_turns.activities.lifecycle import call_hook
 from durable_turns.codec import data_converter_from_env
 from durable_turns.config import Settings, mask_url
 from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import EmbeddedServer, ServerStartError
-from durable_turns.hooks import Session, TurnHooks
+from durable_turns.hooks import TurnHooks
 from durable_turns.mcp import McpPool, McpServerConfig
 from durable_turns.mcp import servers_from as mcp_servers
-from durable_turns.models import ModelRegistry
-from durable_turns.models.secrets import redact_logs
-from durable_turns.sandbox import workflow_runner
-from durable_turns.store import TranscriptStore, open_store
-from durable_turns.streams import open_stream_backend
+from durable_turns.redaction import install_log_redaction
+from durable_turns.store import TranscriptStore
 from durable_turns.tools import ToolRegistry
 from durable_turns.transforms import load_transforms, transform_names
 from durable_turns.workflows.conversation import ConversationWorkflow
@@ -158,7 +154,8 @@ async def connect(settings: Settings) -> Client:
                 metrics=PrometheusConfig(bind_address=settings.prometheus_bind)
             )
         )
-    interceptors = []
+    bound = update_bound()  # no update a worker could not answer is sent
+    interceptors: list[Any] = [bound]
     if settings.otel:
         try:
             from temporalio.contrib.opentelemetry import TracingInterceptor
@@ -167,13 +164,15 @@ async def connect(settings: Settings) -> Client:
                 "TURNS_OTEL needs the 'otel' extra: pip install 'durable-turns[otel]'"
             ) from e
         interceptors.append(TracingInterceptor())
-    return await Client.connect(
+    client = await Client.connect(
         settings.address,
         namespace=settings.namespace,
         data_converter=data_converter_from_env(),
         interceptors=interceptors,
         runtime=runtime,
     )
+    bound.limit = answerable_bytes(await blob_size_limit(client, settings.namespace))
+    return client
 
 
 async def connect_with_retry(
@@ -260,7 +259,8 @@ async def _missing_search_attributes(client: Client, namespace: str) -> list[str
 
 async def blob_size_limit(client: Client, namespace: str) -> int | None:
     """The namespace's blob size limit (``limit.blobSize.error``), None when the server does
-    not say: the worker refuses updates too large to answer within it (``update_guard``)."""
+    not say: clients refuse updates too large for a worker to answer within it
+    (``durable_turns._temporal.interceptors``)."""
     try:
         response = await client.workflow_service.describe_namespace(
             DescribeNamespaceRequest(namespace=namespace)
@@ -319,32 +319,19 @@ async def running_worker(
     tools: ToolRegistry | None = None,
     store: TranscriptStore | None = None,
 ) -> AsyncIterator[Worker]:
-    """A started worker for ``settings.task_queue`` (the store is opened and closed here)."""
-    isolation.configure(settings.user_loops)
-    payload_visits.install()  # no walks of a task's payloads that would change none
-    hooks = hooks or load_hooks(settings.hooks)
-    session = await call_hook(hooks.configure_session(Session()))
-    load_user_transforms(settings.transforms)
-    store = store or open_store(settings.resolved_store_url)
-    streams = open_stream_backend(settings.resolved_chunk_stream_url)
-    models = ModelRegistry.for_worker(settings)
-    await store.open()
-    if streams is not None:
-        await streams.open()
-    deps = ActivityDeps(
-        store, models, tools or load_tools(settings.tools), hooks, settings, session, streams
+    """A started worker for ``settings.task_queue``: the engine's plugin
+    (:class:`DurableTurnsPlugin`, which opens and closes the store) on a worker of its own,
+    with the options the engine's activities want."""
+    plugin = DurableTurnsPlugin(
+        settings,
+        hooks=hooks,
+        tools=tools,
+        store=store,
     )
     worker = Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=WORKFLOWS,
-        activities=all_activities(deps),
-        workflow_runner=workflow_runner(
-            (w.__module__ for w in WORKFLOWS),
-            await blob_size_limit(client, settings.namespace),
-            slow_activation_s=settings.slow_activation_ms / 1000,
-            sandboxed=settings.workflow_sandbox,
-        ),
+        plugins=[plugin],
         max_concurrent_activities=200,
         # A killed worker's cached workflows wait this long on its sticky queue before
         # another worker takes them (default 10 s); crash recovery should not.
@@ -364,14 +351,8 @@ async def running_worker(
         max_concurrent_activities=1,
         identity=identity,
     )
-    try:
-        async with worker, info:
-            yield worker
-    finally:
-        await models.aclose()
-        await store.close()
-        if streams is not None:
-            await streams.close()
+    async with worker, info:
+        yield worker
 
 
 def ready_lines(
@@ -505,7 +486,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    redact_logs()  # no log line carries a provider key, or any run of 12 of its characters
+    install_log_redaction()  # no log record carries a secret, or any run of 12 of its characters
     args = parser().parse_args(argv)
     try:
         asyncio.run(serve(settings_from_args(args)))

@@ -49,6 +49,7 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, create_model
 
+from durable_turns.errors import ToolFailed as ToolFailed
 from durable_turns.messages import ToolSpec
 
 
@@ -153,15 +154,6 @@ class Tool:
             if on_preliminary is not None:
                 await on_preliminary(value)
         return last
-
-
-class ToolFailed(Exception):
-    """Raised by a tool to return an error result the model sees (``is_error``), as it is:
-    no traceback in the log, no retry (an MCP server's ``isError`` result is one)."""
-
-    def __init__(self, output: Any) -> None:
-        super().__init__(str(output))
-        self.output = output
 
 
 _EMPTY_INPUT = create_model("EmptyInput")

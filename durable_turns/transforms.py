@@ -30,6 +30,7 @@ import importlib
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
+from durable_turns.errors import UnknownTransform
 from durable_turns.messages import ReasoningDelta, StreamPart, TextDelta
 
 Transform = Callable[[StreamPart], StreamPart | list[StreamPart] | None]
@@ -38,10 +39,6 @@ Runner = Callable[[Apply, StreamPart, Sequence[Transform]], Awaitable[list[Strea
 """How ``apply_transforms`` calls them: e.g. on a thread of its own (the engine's user loop)."""
 
 _REGISTRY: dict[str, Transform] = {}
-
-
-class UnknownTransform(ValueError):
-    """A turn named a transform this worker does not have."""
 
 
 def register_transform(name: str, fn: Transform) -> Transform:

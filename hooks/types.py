@@ -5,6 +5,9 @@ calls the hook. Configs and decisions are what a hook returns: pydantic models, 
 are recorded (in the transcript store or in workflow history) and must survive a crash.
 Functions cannot cross a workflow boundary, so what Think takes as a function is
 declarative here: stop conditions, models as ``provider:model`` ids, tools by name.
+
+Why it is long (about 600 lines): every type of the public hook API, the reference a hook
+author reads; most of its lines are the docstrings of their fields.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import FAST_DYNAMIC_CONFIG, temporal_binary
-from tests.llm_server import LLMServer
+from testkit.llm_server import LLMServer
 from tests.support.diagnose import explain
 from tests.support.harness import Harness, compile_sources
 from tests.support.web import door  # noqa: F401 (the front door's fixture, for every test file)

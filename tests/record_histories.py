@@ -56,7 +56,9 @@ def _portable(value: Any, key: str = "") -> Any:
 
 def _strip_paths(text: str) -> str:
     text = text.replace(f"{ROOT}/", "")
+    text = text.replace(f"{sysconfig.get_paths()['purelib']}/", "site-packages/")
     text = text.replace(f"{sysconfig.get_paths()['stdlib']}/", "python/")  # stack traces
+    text = text.replace(f"{sys.prefix}/", "python/")
     return re.sub(r"/tmp/tmp\w+/", "scripts/", text)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from durable_turns.messages import ToolCallPart, ToolResultPart
-from tests.llm_server import FIXTURES, LLMServer, Recorded, Reply
+from testkit.llm_server import FIXTURES, LLMServer, Recorded, Reply
 from tests.support.harness import Harness
 from tests.support.hooks import calls
 from tests.support.probes import pending_calls, turns_done, wait_until

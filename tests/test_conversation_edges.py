@@ -36,7 +36,7 @@ from durable_turns.contract import (
     TurnInput,
 )
 from durable_turns.workflows import options
-from tests.support.faultproxy import FaultProxy
+from testkit.faultproxy import FaultProxy
 from tests.support.harness import Harness
 from tests.support.history import local_activity_marker
 

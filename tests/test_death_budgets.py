@@ -27,7 +27,7 @@ from durable_turns.workflows.options import (
     death_wait,
     infra_budget,
 )
-from tests.support.faultproxy import FaultProxy
+from testkit.faultproxy import FaultProxy
 from tests.support.harness import Harness
 from tests.support.probes import wait_until
 

@@ -9,7 +9,7 @@ import pytest
 
 from durable_turns.messages import Message, user_message
 from durable_turns.models import DemoProvider, ModelProvider
-from tests.llm_server import LLMServer
+from testkit.llm_server import LLMServer
 from tests.support.harness import Harness
 
 MAX_SCRIPT_BYTES = 1 << 20  # durable_turns.models.demo.MAX_SCRIPT_BYTES

@@ -10,7 +10,7 @@ import asyncio
 import time
 from typing import Any
 
-from tests.llm_server import LLMServer, Reply
+from testkit.llm_server import LLMServer, Reply
 from tests.support.harness import Harness
 from tests.support.probes import wait_until
 

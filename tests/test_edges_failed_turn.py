@@ -7,7 +7,7 @@ import asyncio
 from durable_turns.config import Settings
 from durable_turns.contract import MAX_RESULT_TEXT_BYTES, WORKER_CRASH_LOOP
 from durable_turns.messages import ToolCallPart
-from tests.llm_server import LLMServer, Reply
+from testkit.llm_server import LLMServer, Reply
 from tests.support.harness import Harness
 from tests.support.probes import wait_until
 

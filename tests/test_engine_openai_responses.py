@@ -1,5 +1,5 @@
 """The OpenAI Responses API through the whole engine: a real worker process and dev server,
-the real ``openai`` SDK against ``tests/llm_server.py`` replaying recorded streams.
+the real ``openai`` SDK against ``testkit/llm_server.py`` replaying recorded streams.
 
 ``tests/test_providers_openai.py`` drives the provider alone; here a turn goes through
 ``TurnWorkflow`` (begin, model steps, tool calls, finish) so what reaches the wire on the
@@ -23,7 +23,7 @@ from durable_turns.messages import (
     ToolCallPart,
     ToolResultPart,
 )
-from tests.llm_server import FIXTURES, LLMServer, Reply
+from testkit.llm_server import FIXTURES, LLMServer, Reply
 from tests.support.harness import Harness
 from tests.support.history import activity_attempts
 from tests.support.hooks import calls, wait_for_hook

@@ -1,4 +1,4 @@
-"""Fuzzing the wire, briefly (issue 25, item 8): every target of ``tests/fuzz_targets.py``
+"""Fuzzing the wire, briefly (issue 25, item 8): every target of ``testkit/fuzz_targets.py``
 for a few dozen examples each, derandomized (the same examples on every run), then each
 crash the fuzzing found, as a plain example. ``python -m bench fuzz`` is the long run."""
 
@@ -24,8 +24,8 @@ from durable_turns.web import protocol
 from durable_turns.web.requests import BadRequest, parse_chat_request
 from durable_turns.workflows.conversation import ConversationWorkflow
 from durable_turns.workflows.intake import Rejected, decode
-from tests import fuzz_targets
-from tests.fuzz_targets import TARGETS, Target, workflow_context
+from testkit import fuzz_targets
+from testkit.fuzz_targets import TARGETS, Target, workflow_context
 
 CI = settings(
     deadline=None,
@@ -55,8 +55,14 @@ def test_a_tool_result_of_raw_bytes_is_rejected_not_a_failed_task() -> None:
         assert caught.value.type == INVALID_PAYLOAD
         assert "not JSON" in caught.value.message
         wf = ConversationWorkflow(None)
-        wf._running_turn = fuzz_targets._FakeChild()  # type: ignore[assignment]
-        asyncio.run(wf.submit_tool_result(raw))
+        wf._turn = fuzz_targets._FakeChild()  # type: ignore[assignment]
+        wf.machine.turn_running = True
+
+        async def signal() -> None:  # through the inbox, as a worker takes it
+            wf.submit_tool_result(raw)
+            await fuzz_targets._settled(wf)
+
+        asyncio.run(signal())
         assert wf.state().rejected_count == 1
         assert wf.state().recent[-1].error.type == INVALID_PAYLOAD  # type: ignore[union-attr]
 

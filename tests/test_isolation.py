@@ -20,8 +20,8 @@ import pytest
 
 from durable_turns.activities import isolation
 from durable_turns.config import Settings
+from testkit.load import busy_cores
 from tests.support.harness import Harness
-from tests.support.load import busy_cores
 
 BLOCK_S = 10
 """How long the user code blocks."""

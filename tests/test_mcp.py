@@ -22,7 +22,7 @@ from durable_turns.messages import TextPart, ToolCallPart, ToolResultPart
 from tests.support.harness import ROOT, Harness
 from tests.support.probes import free_port, pending_calls, turns_done, wait_until
 
-SERVER = ROOT / "tests" / "support" / "mcp_server.py"
+SERVER = ROOT / "testkit" / "mcp_server.py"
 STDIO = f"t={shlex.quote(sys.executable)} {shlex.quote(str(SERVER))}"
 
 
@@ -136,6 +136,7 @@ async def test_server_killed_mid_call_is_an_error_then_restarted(harness: Harnes
     assert (await harness.send(conversation, "go", model=model)).status == "completed"
     crashed, echoed = await results(harness, conversation)
     assert crashed.is_error and str(crashed.output).startswith("McpServerUnavailable: ")
+    assert "(it is started again on the next call)" in str(crashed.output)
     assert (echoed.output, echoed.is_error) == ("echo: after", False)
     first, second = mcp_log(harness)
     assert first["pid"] != second["pid"], "a new server process"
@@ -264,6 +265,26 @@ async def test_streamable_http_reconnects_after_the_server_restarts(harness: Har
         server.kill()
     for worker in harness.workers:
         assert "s3cret-value" not in worker.log_tail(1_000_000)
+
+
+async def test_an_http_server_that_drops_mid_call_is_reconnected_not_started(
+    harness: Harness,
+) -> None:
+    """Old code: an HTTP server that dropped was said "started again", as a stdio one is."""
+    port = free_port()
+    server = HttpServer(harness.tmp, port)
+    config = harness.tmp / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"h": {"url": f"http://127.0.0.1:{port}/mcp"}}}))
+    try:
+        start(harness, TURNS_MCP_CONFIG=str(config))
+        conversation = harness.conv("mcp-http-drop")
+        model = harness.script(calls(("mcp__h__crash", {})))
+        assert (await harness.send(conversation, "go", model=model)).status == "completed"
+        [dropped] = await results(harness, conversation)
+        assert dropped.is_error and str(dropped.output).startswith("McpServerUnavailable: ")
+        assert str(dropped.output).endswith("(it is reconnected on the next call)"), dropped.output
+    finally:
+        server.kill()
 
 
 @pytest.mark.timeout(90)

@@ -1,5 +1,5 @@
 """MCP configuration, naming and the pooled session, without a Temporal server (the stdio
-server is the SDK's, in tests/support/mcp_server.py)."""
+server is the SDK's, in testkit/mcp_server.py)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from durable_turns.mcp import (
 from durable_turns.runtime import parser, settings_from_args
 from durable_turns.tools import ToolContext, ToolRegistry, tool
 
-SERVER = Path(__file__).parent / "support" / "mcp_server.py"
+SERVER = Path(__file__).parent.parent / "testkit" / "mcp_server.py"
 
 
 def test_tool_names_fit_the_providers_and_are_deterministic() -> None:

@@ -1,6 +1,6 @@
 """Issue 25, item 5: network faults between the parts, at the default settings.
 
-A fault-injecting proxy (``tests/support/faultproxy.py``) sits between the worker and one
+A fault-injecting proxy (``testkit/faultproxy.py``) sits between the worker and one
 part: the Temporal server, PostgreSQL (the transcript) or Redis (the live chunk stream). Mid
 turn, the link is reset, slowed, cut one way and blackholed for 30 s. Every turn completes
 with its whole reply; the transcript has the user's message once and one reply; the live
@@ -20,7 +20,7 @@ import pytest
 from durable_turns.contract import TurnResult
 from durable_turns.messages import Message
 from durable_turns.streams import CHUNK, ChunkPublisher, open_stream_backend
-from tests.support.faultproxy import FaultProxy
+from testkit.faultproxy import FaultProxy
 from tests.support.harness import Harness
 from tests.support.probes import stored_messages, wait_until
 from tests.test_live_stream import text_of

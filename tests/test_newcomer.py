@@ -524,7 +524,7 @@ def _sized_request(size: int, request_id: str) -> dict[str, object]:
     """A submitMessages request that is exactly ``size`` bytes as the conversation keeps it
     (its messages parsed, each id scoped to the request: what the queue bound counts)."""
     from durable_turns.contract import PendingRequest, SubmitMessages
-    from durable_turns.workflows.conversation import _sized
+    from durable_turns.workflows.conversation_machine import sized as _sized
 
     def kept(n: int) -> tuple[dict[str, object], int]:
         request = TurnsClient.request("x" * n, request_id=request_id)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
+import re
 import shutil
 import subprocess
 import sys
 import textwrap
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -145,3 +149,44 @@ def test_the_wheel_installs_one_top_level_name(tmp_path: Path) -> None:
     for folder in ("workflows", "activities", "hooks", "store", "streams", "models"):
         assert f"durable_turns/{folder}/__init__.py" in names
     assert "durable_turns/py.typed" in names
+    assert not any(n.startswith("testkit/") for n in names)  # a developer's tool
+
+
+def imported_modules(folder: Path) -> dict[str, set[str]]:
+    """``file -> the top-level names it imports`` for every Python file under ``folder``."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(folder.rglob("*.py")):
+        tops: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                tops.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                tops.add(node.module.split(".")[0])
+        found[str(path.relative_to(ROOT))] = tops
+    return found
+
+
+def test_bench_and_the_test_kit_import_nothing_from_the_tests() -> None:
+    """What both need lives in ``testkit/``; the tests may import it, never the reverse."""
+    for folder, barred in (("bench", {"tests"}), ("testkit", {"tests", "bench"})):
+        modules = imported_modules(ROOT / folder)
+        assert len(modules) > 5, folder
+        strays = {path: sorted(tops & barred) for path, tops in modules.items() if tops & barred}
+        assert strays == {}, folder
+    assert "testkit" in set().union(*imported_modules(ROOT / "bench").values())
+
+
+def test_turns_version_is_the_installed_distributions() -> None:
+    """``turns --version`` prints the installed version (``pyproject.toml``'s when installed
+    from this tree), and CHANGELOG.md's newest entry is ``pyproject.toml``'s version."""
+    out = subprocess.run(
+        [sys.executable, "-m", "durable_turns.cli", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    assert out.strip() == f"turns {importlib.metadata.version('durable-turns')}"
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    newest = re.search(r"^## (\d+\.\d+\.\d+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
+    assert newest is not None and newest.group(1) == version

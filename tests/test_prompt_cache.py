@@ -1,6 +1,6 @@
 """Token economy: prompt-cache breakpoints, a byte-stable prefix, truncation, accounting.
 
-The end-to-end tests run a conversation through a real worker against ``tests/cache_sim.py``
+The end-to-end tests run a conversation through a real worker against ``testkit/cache_sim.py``
 (the providers' documented cache rules applied to what the real SDKs send).
 """
 
@@ -35,8 +35,8 @@ from durable_turns.models.anthropic import build_body
 from durable_turns.models.base import ModelRequest
 from durable_turns.models.caching import stable_tools
 from durable_turns.models.openai import chat_body, responses_body
-from tests.cache_sim import CacheSim
-from tests.llm_server import LLMServer
+from testkit.cache_sim import CacheSim
+from testkit.llm_server import LLMServer
 from tests.support.harness import Harness
 from tests.support.hooks import start_worker
 
@@ -340,7 +340,7 @@ async def test_usage_carries_cache_reads_for_every_api(server: LLMServer) -> Non
     from durable_turns.messages import FinishChunk
     from durable_turns.models.anthropic import AnthropicProvider
     from durable_turns.models.openai import OpenAIProvider
-    from tests.llm_server import FIXTURES, Reply
+    from testkit.llm_server import FIXTURES, Reply
 
     text = (FIXTURES / "openai/responses_text.sse").read_text()
     server.push(Reply(body=text.replace('"cached_tokens":0', '"cached_tokens":120')))

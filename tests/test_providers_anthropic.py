@@ -1,6 +1,6 @@
 """The Anthropic provider, driven through the real SDK against recorded Messages API streams.
 
-The local server (``tests/llm_server.py``) replays fixtures byte for byte, so these tests
+The local server (``testkit/llm_server.py``) replays fixtures byte for byte, so these tests
 cover the SDK's SSE parsing and error construction as well as our mapping.
 """
 
@@ -35,7 +35,7 @@ from durable_turns.models import ModelRegistry
 from durable_turns.models.anthropic import AnthropicProvider
 from durable_turns.models.base import ModelRequest, ProviderError
 from durable_turns.models.openai import OpenAIProvider
-from tests.llm_server import FIXTURES, LLMServer, Reply
+from testkit.llm_server import FIXTURES, LLMServer, Reply
 from tests.support.harness import Harness
 
 KEY = "sk-ant-api03-TESTSECRETKEY0123456789abcdef"

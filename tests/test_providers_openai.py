@@ -36,7 +36,7 @@ from durable_turns.models.openai import (
     responses_body,
     to_responses_input,
 )
-from tests.llm_server import LLMServer, Reply
+from testkit.llm_server import LLMServer, Reply
 from tests.support.harness import Harness
 
 KEY = "sk-proj-TESTSECRETKEY0123456789abcdefghij"

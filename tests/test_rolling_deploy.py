@@ -4,9 +4,9 @@ During a rolling deploy the old and the new worker serve one task queue: a turn'
 tasks go to either, and each of its activities to either. What one version writes (an
 activity's input or result, a turn's input or result) the other reads.
 
-* ``test_an_earlier_release_beside_this_one``: an earlier release's worker (each of
-  :data:`RELEASES`), a ``git archive`` of its commit run from the test's tmp dir with the
-  same virtualenv, beside this one; turns started on each; both serve activities; no
+* ``test_an_earlier_release_beside_this_one``: the previous release's worker
+  (:data:`PREVIOUS`), a ``git archive`` of the commit that set its version in
+  ``pyproject.toml``, run from the test's tmp dir with the same virtualenv, beside this one; turns started on each; both serve activities; no
   workflow task fails on the other version's payload; every turn completes. Skipped,
   saying why, where the repository's history is not at hand.
 * ``test_a_next_release_with_new_fields_beside_this_one``: a worker of this code that adds
@@ -44,16 +44,11 @@ from durable_turns.contract import (
 from durable_turns.messages import user_message
 from tests.support.harness import ROOT, Harness, WorkerProcess
 
-RELEASES = {
-    "tolerant": "8d2126e6ea52b59fde2e1b1cd1f3ce6e8dc64aa1",
-}
-"""Earlier releases of main that may serve beside this one: the first with tolerant readers
-(issue 25, items 9 and 10). The releases before it forbid unknown fields, and this one
-sets fields they do not know in every turn (the workflow's attempt count of a model step or
-tool call, a turn's metadata in its result), so they cannot serve beside it: upgrading from
-one of them takes a new task queue (docs/deployment.md). Those two (``72cf68c``, and
-``ef6b419`` from before ``regenerate``) served beside the release that brought tolerant
-readers, its payloads lean enough for them."""
+PREVIOUS = "1.0.0"
+"""The release a worker of this code serves beside (CHANGELOG.md): 1.0.0, the compatibility
+baseline, until the next release, which names it here and becomes the next one's. Earlier
+development builds are drained before an upgrade (docs/deployment.md), never run beside."""
+
 
 SHIM = ROOT / "tests" / "support" / "next_release"
 
@@ -65,22 +60,39 @@ WEATHER = [
 
 PROBE = """
 import durable_turns.workflows.conversation as c, durable_turns.contract as k
-print(c.__file__, k.TurnInput.model_config.get("extra"), ",".join(k.TurnInput.model_fields))
+print(c.__file__, k.TurnInput.model_config.get("extra"))
 """
 
 
-def _release(tmp: Path, commit: str) -> Path:
-    """An earlier release's tree, from this repository's history, or a skip."""
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(ROOT), *args], capture_output=True, check=True, timeout=60
+    ).stdout.decode()
+
+
+def release_commit(version: str) -> str:
+    """The commit of release ``version``: the first that set it in ``pyproject.toml``."""
+    found = _git(
+        "log", "--reverse", "--format=%H", f'-Sversion = "{version}"', "--", "pyproject.toml"
+    )
+    if not found.split():
+        raise LookupError(f"no commit sets version {version} in pyproject.toml")
+    return found.split()[0]
+
+
+def _release(tmp: Path, version: str) -> Path:
+    """The release's tree, from this repository's history, or a skip."""
     try:
+        commit = release_commit(version)
         blob = subprocess.run(
             ["git", "-C", str(ROOT), "archive", "--format=tar", commit],
             capture_output=True,
             check=True,
             timeout=60,
         ).stdout
-    except (OSError, subprocess.SubprocessError) as e:
-        pytest.skip(f"release {commit[:10]} is not in this repository's git history: {e!r}")
-    out = tmp / f"release-{commit[:10]}"
+    except (OSError, subprocess.SubprocessError, LookupError) as e:
+        pytest.skip(f"release {version} is not in this repository's git history: {e!r}")
+    out = tmp / f"release-{version}"
     with tarfile.open(fileobj=BytesIO(blob)) as tar:
         tar.extractall(out, filter="tar")
     return out
@@ -143,9 +155,9 @@ async def _mixed(harness: Harness, other: WorkerProcess, tag: str) -> None:
         assert "Failed decoding" not in log and "extra_forbidden" not in log, log[-3000:]
 
 
-@pytest.mark.parametrize("release", list(RELEASES))
-async def test_an_earlier_release_beside_this_one(harness: Harness, release: str) -> None:
-    tree = await asyncio.to_thread(_release, harness.tmp, RELEASES[release])
+async def test_an_earlier_release_beside_this_one(harness: Harness) -> None:
+    release = PREVIOUS
+    tree = await asyncio.to_thread(_release, harness.tmp, release)
     probe = await asyncio.to_thread(  # what that worker imports: the release's, strict
         subprocess.run,
         [sys.executable, "-c", PROBE],
@@ -155,10 +167,10 @@ async def test_an_earlier_release_beside_this_one(harness: Harness, release: str
         text=True,
         timeout=60,
     )
-    workflows, extra, fields = probe.stdout.split()
+    workflows, extra = probe.stdout.split()
     assert Path(workflows).is_relative_to(tree), probe.stdout
     assert extra == "ignore"  # a tolerant reader: what this release adds, it leaves alone
-    assert "metadata" not in fields.split(",")  # and it knows nothing of a turn's metadata
+    assert f'version = "{release}"' in (tree / "pyproject.toml").read_text()
     old = WorkerProcess(
         harness.env(PYTHONPATH=str(tree)),
         harness.tmp / f"worker-{release}.log",

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.llm_server import LLMServer, Reply
+from testkit.llm_server import LLMServer, Reply
 from tests.support.harness import Harness
 
 KEY = "sk-ant-api03-GATEWAYSECRET0123456789abcdefXYZ"
@@ -172,7 +172,7 @@ def test_every_run_of_twelve_characters_is_masked_whole() -> None:
     and in any case, becomes one ``***``; 11 characters, or other text, stay."""
     import random
 
-    from durable_turns.models.secrets import redact, secret_forms
+    from durable_turns.redaction import redact, secret_forms
 
     rng = random.Random(25)
     key = GATEWAY_KEY
@@ -192,14 +192,30 @@ def test_every_run_of_twelve_characters_is_masked_whole() -> None:
     assert GATEWAY_KEY[12:24].lower() not in redact(f"Basic {_b64('user:' + key)}").lower()
 
 
-def test_the_log_formatter_redacts_every_line() -> None:
+def test_every_log_record_is_redacted_as_it_is_made() -> None:
+    """Its message, arguments (kept where they hold no secret) and traceback; records that
+    hold no secret are left as they are."""
     import logging
 
-    from durable_turns.models.secrets import RedactingFormatter, redact
+    from durable_turns.redaction import redact, redact_record
 
     redact("", GATEWAY_KEY)
     record = logging.LogRecord(
-        "x", logging.WARNING, __file__, 1, "gateway said %s", (GATEWAY_KEY[3:30],), None
+        "x", logging.WARNING, __file__, 1, "gateway said %s (%d)", (GATEWAY_KEY[3:30], 7), None
     )
-    line = RedactingFormatter("%(levelname)s %(message)s").format(record)
-    assert line == "WARNING gateway said ***"
+    redact_record(record)
+    assert record.args == ("***", 7)
+    line = logging.Formatter("%(levelname)s %(message)s").format(record)
+    assert line == "WARNING gateway said *** (7)"
+    try:
+        raise RuntimeError(f"bad key {GATEWAY_KEY}")
+    except RuntimeError as e:
+        failed = logging.LogRecord(
+            "x", logging.ERROR, __file__, 1, "failed", (), (type(e), e, None)
+        )
+    redact_record(failed)
+    text = logging.Formatter().format(failed)
+    assert "RuntimeError: bad key ***" in text and _leaked(text, GATEWAY_KEY) == []
+    plain = logging.LogRecord("x", logging.INFO, __file__, 1, "%s and %r", ("a", {"b": 1}), None)
+    redact_record(plain)
+    assert plain.args == ("a", {"b": 1}) and plain.getMessage() == "a and {'b': 1}"

@@ -1,5 +1,5 @@
 """``before_step``'s ``StepConfig`` per step, against the real providers: each step's model
-request (as ``tests/llm_server.py`` captured it from the real SDK) carries exactly that
+request (as ``testkit/llm_server.py`` captured it from the real SDK) carries exactly that
 step's overrides (model, system, tool_choice, active_tools, provider_options) and none of
 another step's, and the step's record and ``StepContext`` name the model it really used.
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from durable_turns.contract import turn_workflow_id
-from tests.llm_server import LLMServer, Reply
+from testkit.llm_server import LLMServer, Reply
 from tests.support.harness import Harness
 from tests.support.hooks import calls
 from tests.support.provider_hooks import api_requests, start_provider_worker

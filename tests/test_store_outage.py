@@ -1,6 +1,6 @@
 """Issue 13, item 5: a store outage mid-turn does not fail the turn.
 
-PostgreSQL sits behind a TCP proxy (``tests/support/faultproxy.py``) that drops every
+PostgreSQL sits behind a TCP proxy (``testkit/faultproxy.py``) that drops every
 connection and refuses new ones while it is down. Old code: a model step whose store writes
 failed was retried within the model's budget (about 3 s at the default settings), so a 15 s
 outage failed the turn although the database came back, re-asking the model on each attempt; and once the
@@ -15,7 +15,7 @@ import uuid
 from temporalio.api.enums.v1 import EventType
 
 from durable_turns.contract import TurnResult
-from tests.support.faultproxy import FaultProxy
+from testkit.faultproxy import FaultProxy
 from tests.support.harness import Harness
 from tests.support.probes import stored_messages, wait_until
 

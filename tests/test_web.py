@@ -153,6 +153,25 @@ def test_ui_messages_fold_continuations_and_leave_superseded_replies_out() -> No
     ui = protocol.ui_messages(stored)
     assert [m["id"] for m in ui] == ["u1", "c/turn-2/assistant"]
     assert [p.get("text") for p in ui[1]["parts"]] == [None, "a", None, "b"]
+    assert "metadata" not in ui[1], "a finished reply has none of the door's metadata"
+    # a stopped reply says so (its last turn decides), as the stream's last finish does
+    stopped = [
+        reply(2, "a", status="completed"),
+        reply(3, "b", continuation=True, status="aborted"),
+    ]
+    assert protocol.ui_messages(stopped)[0]["metadata"] == {"status": "aborted"}
+    resumed = [
+        reply(2, "a", status="aborted"),
+        reply(3, "b", continuation=True, status="completed"),
+    ]
+    assert "metadata" not in protocol.ui_messages(resumed)[0]
+    ui_stream = UIMessageStream("c/turn-1/assistant")
+    ui_stream.begin_turn(1)
+    end = ui_stream.feed(ev(0, TURN_FINISH, status="aborted"))
+    assert end[-2:] == [
+        {"type": "abort"},
+        {"type": "finish", "finishReason": "other", "messageMetadata": {"status": "aborted"}},
+    ]
 
 
 # --- over HTTP ------------------------------------------------------------------------------
@@ -240,15 +259,18 @@ async def test_stop_ends_the_reply_and_keeps_what_streamed(harness: Harness, doo
     await wait_until(lambda: _running(harness, chat))
     await asyncio.sleep(0.8)
     async with httpx.AsyncClient(timeout=30) as http:
-        stopped = (await http.post(f"{fd.url}/api/chat/{chat}/stop")).json()
+        stopped = (await http.post(f"{fd.url}/api/chat/{chat}/stop", json={})).json()
     assert stopped["stopped"] is True and stopped["turn_number"] == 1
     _, chunks = await asyncio.wait_for(task, 30)
     assert types(chunks)[-3:] == ["abort", "finish", "[DONE]"]
+    assert chunks[-2]["messageMetadata"] == {"status": "aborted"}, "kept in the message"
     stored = await messages(fd.url, chat)
+    assert stored[-1]["metadata"] == {"status": "aborted"}, "a reload still says: stopped"
+    assert "metadata" not in stored[0]
     assert 0 < len(stored_text(stored[-1])) < len(" ".join(["word"] * 60))
     assert stored_text(stored[-1]) == text_of(chunks)
     async with httpx.AsyncClient(timeout=30) as http:
-        idle = (await http.post(f"{fd.url}/api/chat/{chat}/stop")).json()
+        idle = (await http.post(f"{fd.url}/api/chat/{chat}/stop", json={})).json()
     assert idle == {"stopped": False, "reason": "no turn is running"}
 
 
@@ -435,7 +457,9 @@ async def test_chats_belong_to_their_principal(harness: Harness, door: Any) -> N
             ("GET", f"/api/chat/{chat}/stream"),
             ("POST", f"/api/chat/{chat}/stop"),
         ]:
-            r = await http.request(method, fd.url + path, headers={"authorization": "Bearer nope"})
+            r = await http.request(
+                method, fd.url + path, headers={**JSON, "authorization": "Bearer nope"}
+            )
             assert r.status_code == 401
         r = await http.post(
             f"{fd.url}/api/chat",
@@ -453,7 +477,7 @@ async def test_chats_belong_to_their_principal(harness: Harness, door: Any) -> N
     async with httpx.AsyncClient(timeout=30) as http:
         r = await http.get(f"{fd.url}/api/chat/{chat}/stream", headers=bob)
         assert r.status_code == 204, "bob's chat of that id runs nothing"
-        r = await http.post(f"{fd.url}/api/chat/{chat}/stop", headers=bob)
+        r = await http.post(f"{fd.url}/api/chat/{chat}/stop", json={}, headers=bob)
         assert r.json() == {"stopped": False, "reason": "no turn is running"}
         r = await http.get(f"{fd.url}/api/chat/{chat}/stream", headers=alice)
         assert r.status_code == 200, "alice resumes her own"
@@ -632,3 +656,61 @@ async def test_the_app_mounts_inside_another_service(harness: Harness) -> None:
     finally:
         server.should_exit = True
         await asyncio.wait_for(serving, 30)
+
+
+async def test_a_message_from_a_second_tab_is_answered_at_once(harness: Harness, door: Any) -> None:
+    """Issue 34: a message sent while another tab's reply runs waited for that reply to end
+    before its response had headers (74 s once), so a proxy with an idle timeout cut it. Now
+    it is answered at once: headers, ``start`` without an id, ``data-queued``, keep-alive
+    comments while it waits, then ``start`` with its reply's id and the reply."""
+    harness.start_worker(
+        TURNS_MODEL=harness.script(
+            {
+                "turns": [
+                    [{"text": "word", "repeat": 80, "delay_ms": 60}],
+                    [{"text": "The second reply."}],
+                ]
+            }
+        )
+    )
+    fd = door()
+    chat = harness.conv("web-second-tab")
+    first = asyncio.create_task(post_chat(fd.url, chat_body(chat, [user_message("one", "m1")])))
+    await wait_until(lambda: _running(harness, chat))
+    began = asyncio.get_running_loop().time()
+    async with (
+        httpx.AsyncClient(timeout=60) as http,
+        http.stream(
+            "POST",
+            f"{fd.url}/api/chat",
+            json=chat_body(chat, [user_message("two", "m2")]),
+        ) as r,
+    ):
+        waited = asyncio.get_running_loop().time() - began
+        assert r.status_code == 200 and r.headers["content-type"] == "text/event-stream"
+        state = await harness.turns.state(chat)
+        assert state.running is not None and state.running.request_id == "ui-m1", (
+            "the headers came while the first reply still ran"
+        )
+        chunks = await sse_chunks(r)
+    assert waited < 3, f"the headers took {waited:.1f} s"
+    assert chunks[:2] == [
+        {"type": "start"},
+        {
+            "type": "data-queued",
+            "transient": True,
+            "data": {"reason": "another reply of this chat is running"},
+        },
+    ]
+    assert chunks[2] == {"type": "start", "messageId": f"{chat}/turn-2/assistant"}
+    assert text_of(chunks) == "The second reply." and chunks[-2:] == [
+        {"type": "finish", "finishReason": "stop"},
+        "[DONE]",
+    ]
+    _, one = await asyncio.wait_for(first, 30)
+    assert text_of(one) == " ".join(["word"] * 80) and "abort" not in types(one)
+    stored = await messages(fd.url, chat)
+    assert [stored_text(m) for m in stored if m["role"] == "assistant"] == [
+        text_of(one),
+        "The second reply.",
+    ]

@@ -20,7 +20,15 @@ import pytest
 
 from tests.support.harness import Harness
 from tests.support.probes import wait_until
-from tests.support.web import FrontDoor, ai_client, canonical, needs_node, user_message
+from tests.support.web import (
+    FrontDoor,
+    ai_client,
+    canonical,
+    chat_body,
+    needs_node,
+    post_chat,
+    user_message,
+)
 
 pytestmark = needs_node
 
@@ -302,3 +310,27 @@ async def test_a_sub_agents_approval_reaches_the_browser(
     # the stored reply is the same message without the sub-agent's own call (docs/web.md)
     own = {**final, "parts": [p for p in final["parts"] if p["type"] != "tool-wipe_disk"]}
     assert canonical(own) == canonical(await stored_reply(fd.url, chat))
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_a_queued_message_assembles_to_its_stored_reply(
+    harness: Harness, door: Any, version: int
+) -> None:
+    """A message sent while another tab's reply runs is answered at once with a ``start``
+    without an id and a transient ``data-queued``; the client takes both, then the reply."""
+    harness.start_worker(
+        TURNS_MODEL=harness.script(
+            {"turns": [[{"text": "word", "repeat": 60, "delay_ms": 60}], [{"text": "Second."}]]}
+        )
+    )
+    fd = door(**for_version(version))
+    chat = harness.conv(f"ai{version}-queued")
+    first = asyncio.create_task(post_chat(fd.url, chat_body(chat, [user_message("one", "u1")])))
+    await wait_until(lambda: _streaming(harness, chat))
+    result = await send(fd, version, chat, [user_message("two", "u2")])
+    message = assert_clean(result)
+    assert [c["type"] for c in result["chunks"][:3]] == ["start", "data-queued", "start"]
+    assert message["id"] == f"{chat}/turn-2/assistant"
+    assert canonical(message) == canonical(await stored_reply(fd.url, chat))
+    response, chunks = await first
+    assert response.status_code == 200 and chunks[-1] == "[DONE]"

@@ -5,13 +5,20 @@ Regenerate, and a worker killed mid-stream leaving the whole reply once."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import httpx
 
 from tests.support.harness import Harness
 from tests.support.probes import wait_until
-from tests.support.web import FrontDoor, browser, needs_chromium
+from tests.support.web import (
+    FrontDoor,
+    browser,
+    chat_body,
+    needs_chromium,
+    user_message,
+)
 
 pytestmark = needs_chromium
 
@@ -121,6 +128,9 @@ async def test_stop_and_regenerate(harness: Harness, door: Any) -> None:
                     {"do": "click", "testid": "stop"},
                     {"do": "waitStatus", "is": "ready"},
                     {"do": "snapshot"},
+                    {"do": "reload"},  # the stopped reply still says so
+                    {"do": "waitTestid", "testid": "stopped"},
+                    {"do": "snapshot"},
                     {"do": "click", "testid": "regenerate"},
                     {"do": "waitStatus", "is": "streaming"},
                     {"do": "waitStatus", "is": "ready"},
@@ -129,7 +139,10 @@ async def test_stop_and_regenerate(harness: Harness, door: Any) -> None:
             }
         )
     )
-    stopped, regenerated = result["snapshots"]
+    stopped, reloaded, regenerated = result["snapshots"]
+    assert stopped["messages"][-1]["stopped"] and reloaded["messages"][-1]["stopped"]
+    assert page_text(reloaded) == page_text(stopped)
+    assert not regenerated["messages"][-1]["stopped"]
     await wait_until(lambda: _idle(harness, chat))
     messages = await stored(fd, chat)
     assert len(messages) == 2, "the stopped reply is superseded by the regenerated one"
@@ -187,3 +200,47 @@ async def _streaming(harness: Harness, chat: str) -> bool:
     except Exception:
         return False
     return state.running is not None and state.running.turn_number is not None
+
+
+async def test_a_message_queued_behind_another_tabs_reply(harness: Harness, door: Any) -> None:
+    """The page was open before another tab's reply began: its message waits its turn,
+    the page says so at once ("queued"), then streams its own reply, and shows no empty
+    message for the queued ``start`` that has no id yet."""
+    model = {"turns": [[{"text": "word", "repeat": 80, "delay_ms": 60}], [{"text": "Second."}]]}
+    harness.start_worker(TURNS_MODEL=harness.script(model))
+    fd = door()
+    chat = harness.conv("page-queued")
+    other = json.dumps(chat_body(chat, [user_message("one", "m1")]))
+    result = assert_ok(
+        await browser(
+            {
+                "url": f"{fd.url}/?chat={chat}",
+                "timeoutMs": 60000,
+                "steps": [
+                    {"do": "waitStatus", "is": "ready"},
+                    {"do": "type", "text": "two"},
+                    {  # another tab's message: its reply runs for 5 s
+                        "do": "evaluate",
+                        "js": f"fetch('/api/chat', {{method: 'POST', body: {json.dumps(other)},"
+                        " headers: {'content-type': 'application/json'}}).then((r) => r.text())",
+                    },
+                    {"do": "sleep", "ms": 2000},
+                    {"do": "send"},
+                    {"do": "waitStatus", "is": "queued"},
+                    {"do": "snapshot"},
+                    {"do": "waitText", "contains": "Second.", "role": "assistant"},
+                    {"do": "waitStatus", "is": "ready"},
+                    {"do": "snapshot"},
+                ],
+            }
+        )
+    )
+    queued, done = result["snapshots"]
+    assert [m["role"] for m in queued["messages"]] == ["user"], "no empty reply while queued"
+    assert [(m["role"], m["text"]) for m in done["messages"]] == [
+        ("user", "two"),
+        ("assistant", "Second."),
+    ]
+    assert done["messages"][-1]["id"] == f"{chat}/turn-2/assistant"
+    stored_replies = [text(m) for m in await stored(fd, chat) if m["role"] == "assistant"]
+    assert stored_replies == [" ".join(["word"] * 80), "Second."]

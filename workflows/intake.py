@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
         REQUEST_TOO_LARGE,
         UNDECRYPTABLE_ENCODING,
     )
-    from durable_turns.workflows import patches
+    from durable_turns.errors import Rejected
 
 JSON_ENCODING = b"json/plain"
 """The one encoding a request may have (what every SDK's JSON converter writes)."""
@@ -47,35 +47,14 @@ ABSENT = RawValue(Payload())
 
 
 FOLD_PREFIX = "durable_turns.folded:"
-"""A signal job named ``FOLD_PREFIX + name`` carries the payloads of a run of ``name`` signals,
-in order: the worker's runner folds a burst so (``durable_turns.signal_fold``) and the
-workflow's dynamic signal handler unfolds it. A client that sends such a signal itself only
-sends several signals at once: each payload is checked as its own signal."""
-
-FOLDABLE_SIGNALS = "foldable_signals"
-"""The workflow object's attribute that names the signals the runner may fold: a frozenset
-once the run knows whether it takes signals through the inbox (empty: it does not, a run
-recorded before the inbox), None while it does not know yet. A workflow names a signal only
-when its handler is synchronous and only puts the payload in the inbox."""
-
-FOLDABLE_LIVE = "FOLDABLE_LIVE"
-"""The workflow class's attribute for what the runner may fold while the run does not know
-yet (no workflow object, or its ``foldable_signals`` None), in an activation that is not a
-replay: there, the run's first signal will take the inbox (``workflow.patched`` is true)."""
+"""A signal named ``FOLD_PREFIX + name`` carries the payloads of several ``name`` signals, in
+order: a client may batch a burst so, and the workflow's dynamic signal handler hands each
+payload on as its own signal would have been (each is checked as its own signal)."""
 
 
 def unfold(name: str) -> str | None:
-    """The signal a folded job's name stands for (None: not a folded job)."""
+    """The signal a batched signal's name stands for (None: not a batch)."""
     return name[len(FOLD_PREFIX) :] if name.startswith(FOLD_PREFIX) else None
-
-
-class Rejected(Exception):
-    """A request the conversation will not run: ``type`` is one of the contract's names."""
-
-    def __init__(self, type: str, message: str) -> None:
-        super().__init__(message)
-        self.type = type
-        self.message = message
 
 
 def payload_size(raw: RawValue) -> int:
@@ -139,17 +118,11 @@ INTAKE_BYTES_PER_TASK = 256 * 1024
 """How much the inbox parses in one activation before it lets the activation end: one
 full-size request, about 15 ms of parsing and validation at the worst (many messages, the last
 one bad) on an idle machine, a few times that on a loaded one, far under the deadlock
-detector's 2 s. (Runs recorded before :data:`PATCH_SMALLER_ROUNDS` took 512 KiB a round.)"""
+detector's 2 s."""
 
 INTAKE_MIN_COST = 2 * 1024
 """Each signal counts as at least this many bytes, so an activation parses at most
 ``INTAKE_BYTES_PER_TASK / INTAKE_MIN_COST`` (128) signals, however small."""
-
-PATCH_SMALLER_ROUNDS = "intake-rounds-of-256k"
-"""Rounds of :data:`INTAKE_BYTES_PER_TASK`; before it, twice that, at a cost of
-:data:`_OLD_MIN_COST` a signal (two full-size requests a round were 300 ms on a loaded machine)."""
-
-_OLD_BYTES_PER_TASK, _OLD_MIN_COST = 512 * 1024, 4 * 1024
 
 PAUSE_TIMEOUT = timedelta(seconds=10)
 
@@ -211,18 +184,13 @@ class Inbox:
         activity ``intake_pause`` ends the activation (the SDK runs all that is ready in one;
         a local activity's result comes back in the next, within the same workflow task, with
         no round trip to the server; one marker in the history per round)."""
-        per_task, min_cost = (
-            (INTAKE_BYTES_PER_TASK, INTAKE_MIN_COST)
-            if patches.patched(PATCH_SMALLER_ROUNDS)
-            else (_OLD_BYTES_PER_TASK, _OLD_MIN_COST)
-        )
         while self._items:
-            budget = per_task
+            budget = INTAKE_BYTES_PER_TASK
             while self._items and budget > 0:
                 kind, raw = self._items.popleft()
                 size = len(raw.payload.data)
                 self._bytes -= size
-                budget -= max(size, min_cost)
+                budget -= max(size, INTAKE_MIN_COST)
                 try:
                     self._take(kind, raw)
                 finally:

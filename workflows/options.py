@@ -30,7 +30,6 @@ from durable_turns.contract import (
     TurnPlan,
     TurnResult,
 )
-from durable_turns.workflows import patches
 
 T = TypeVar("T")
 
@@ -53,27 +52,8 @@ no attempt limit, so a conversation never fails, nor loses a request, to a brief
 Hook errors and invalid input are not retried."""
 
 
-def model_retry(plan: TurnPlan) -> RetryPolicy:
-    """Transient provider errors, stalls and crashes: ``max_retries`` more attempts."""
-    return RetryPolicy(
-        initial_interval=timedelta(seconds=1),
-        backoff_coefficient=2.0,
-        maximum_interval=timedelta(seconds=30),
-        maximum_attempts=plan.max_retries + 1,
-        non_retryable_error_types=[*HOOK_ERRORS, PROVIDER_ERROR],
-    )
-
-
 TOOL_TRIES = 3
 """Attempts of a tool call, worker deaths not counted (``@tool(retries=…)`` is capped by it)."""
-
-TOOL_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=30),
-    maximum_attempts=TOOL_TRIES,
-)
-"""A tool's own exceptions become tool errors inside the activity; retries cover crashes."""
 
 
 def heartbeat(plan: TurnPlan) -> timedelta:
@@ -104,10 +84,6 @@ INFRA_RETRIES = 50
 but its own failures (worker deaths of every kind, shutdowns past their grace, store
 outages longer than an attempt), at least; past it, ``WorkerCrashLoop``. Large, for a deploy
 storm or a flapping network fails no turn, yet bounded (``infra_budget``)."""
-
-PATCH_DEATH_BUDGETS = "death-budgets"
-"""Deaths weighed by ``crash_cost``, shutdowns past their grace and store outages on the
-infrastructure budget only; runs recorded before counted every one as a whole death."""
 
 
 def is_death(err: ActivityError) -> bool:
@@ -228,9 +204,7 @@ async def with_budgets(
                 raise
             if is_death(err):
                 deaths += 1
-                if not patches.patched(PATCH_DEATH_BUDGETS):
-                    timeouts.append((None, 1))  # every loss a whole death
-                elif isinstance(err.cause, TimeoutError):
+                if isinstance(err.cause, TimeoutError):
                     timeouts.append(death_of(err))
                 if crash_cost(timeouts) > crash_retries:
                     raise _crash_loop(stage, kind, err, timeouts, crash_retries) from err
@@ -290,11 +264,6 @@ def _cause(err: ActivityError) -> str:
     return f"{type(cause).__name__}: {cause}" if cause is not None else str(err)
 
 
-PATCH_CHAT_RESPONSE_BUDGET = "chat-response-crash-budget"
-"""``on_chat_response`` is retried by the workflow, its worker's deaths bounded; runs
-recorded before let Temporal retry it without limit."""
-
-
 async def chat_response(result: TurnResult, summary: str, agent: str | None = None) -> None:
     """Run ``chat_response`` (``on_chat_response``). Its failures are retried without limit
     (a store outage; the hook's own errors are logged, never raised), its worker's deaths
@@ -312,9 +281,6 @@ async def chat_response(result: TurnResult, summary: str, agent: str | None = No
             summary=summary,
         )
 
-    if not patches.patched(PATCH_CHAT_RESPONSE_BUDGET):
-        await attempt(BOOKKEEPING_RETRY)
-        return
     try:
         await with_budgets(
             lambda _n, _failed, _last: attempt(ONE_ATTEMPT),

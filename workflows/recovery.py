@@ -26,6 +26,7 @@ from durable_turns.contract import (
     RecoveryReason,
     ToolOutcome,
 )
+from durable_turns.errors import Stopped
 
 MAX_MESSAGE_CHARS = 500
 """A lost attempt's failure, as much of it as a recovery carries."""
@@ -68,11 +69,6 @@ class Tracker:
         if isinstance(cause, TimeoutError):
             message = "no heartbeat within the heartbeat timeout: the worker is gone"
         self.last = Recovery(reason=reason, message=message[:MAX_MESSAGE_CHARS], deaths=self.deaths)
-
-
-class Stopped(Exception):
-    """``on_chat_recovery`` returned ``"stop"`` in an activity of the turn: it ends
-    ``aborted`` with what it has (raised by the step loop, caught by the turn)."""
 
 
 def raise_if_stopped(outcomes: Iterable[ToolOutcome]) -> None:

@@ -68,7 +68,7 @@ with workflow.unsafe.imports_passed_through():
         split_agent_call_id,
     )
     from durable_turns.messages import Usage
-    from durable_turns.workflows import options, patches, recovery, subagent
+    from durable_turns.workflows import options, recovery, subagent
     from durable_turns.workflows.intake import ABSENT, Inbox, Rejected, decode, unfold
 
 
@@ -77,9 +77,6 @@ T = TypeVar("T")
 
 @workflow.defn(name=TURN_WORKFLOW)
 class TurnWorkflow:
-    FOLDABLE_LIVE = frozenset({TURN_SIGNAL_TOOL_RESULT})
-    """What the runner may fold before the run knows (``intake.FOLDABLE_LIVE``)."""
-
     def __init__(self) -> None:
         self._status = "starting"
         self._step = 0
@@ -94,10 +91,6 @@ class TurnWorkflow:
         """Resolutions held for calls the turn is not (yet) waiting on."""
         self._rejected: list[str] = []
         self._inbox = Inbox(self._take_tool_result)
-        self.foldable_signals: frozenset[str] | None = None
-        """What the worker's runner may fold into one job (``intake.FOLDABLE_SIGNALS``): the
-        tool result signal once this run takes it through the inbox, nothing in a run
-        recorded before it, None until the first signal tells."""
         self._awaited_client = False
         self._completed = 0
         """Model steps of the current run that the history says completed."""
@@ -132,11 +125,6 @@ class TurnWorkflow:
 
         Kept as it came and read a bounded amount per workflow task (``intake.Inbox``): a
         burst of large lists of results costs many short tasks, not one past the detector."""
-        if not patches.patched(PATCH_TOOL_RESULT_INBOX):
-            self.foldable_signals = frozenset()
-            self._take_tool_result(TURN_SIGNAL_TOOL_RESULT, raw)
-            return
-        self.foldable_signals = self.FOLDABLE_LIVE
         try:
             self._inbox.offer(TURN_SIGNAL_TOOL_RESULT, raw, MAX_TOOL_RESULT_BYTES, "tool result")
         except Rejected as e:
@@ -194,10 +182,10 @@ class TurnWorkflow:
 
     @workflow.signal(dynamic=True)
     def any_signal(self, name: str, args: Sequence[RawValue]) -> None:
-        """A burst of tool results the worker's runner folded into one job
-        (``durable_turns.signal_fold``), each taken as its own signal would have been; or a
-        signal the turn does not take, noted as rejected."""
-        if unfold(name) in self.FOLDABLE_LIVE:
+        """A batch of tool results sent as one signal (``intake.FOLD_PREFIX``), each taken as
+        its own signal would have been; or a signal the turn does not take, noted as
+        rejected."""
+        if unfold(name) == TURN_SIGNAL_TOOL_RESULT:
             for raw in args:
                 self.tool_result(raw)
             return
@@ -218,16 +206,14 @@ class TurnWorkflow:
                 self._rejected.append(f"malformed tool result: {e.errors()[0]['msg']}")
                 continue
             call_id = resolution.tool_call_id
-            if call_id.startswith(AGENT_CALL_PREFIX) and patches.patched(PATCH_AGENT_CLIENT):
+            if call_id.startswith(AGENT_CALL_PREFIX):
                 self._forward(resolution)
                 continue
             if call_id in self._resolutions:
                 continue
             size = len(to_json(resolution))
             if call_id not in self._pending:
-                if self._held_bytes + size > MAX_HELD_RESOLUTION_BYTES and patches.patched(
-                    PATCH_ANSWERS_IN_BATCHES
-                ):
+                if self._held_bytes + size > MAX_HELD_RESOLUTION_BYTES:
                     self._rejected.append(
                         f"QueueFull: {self._held_bytes} bytes of results are held for calls"
                         f" this turn is not waiting on (limit {MAX_HELD_RESOLUTION_BYTES})"
@@ -276,7 +262,7 @@ class TurnWorkflow:
         """A sub-agent's turn: tell the parent turn which calls wait for its client (the
         parent lists and forwards them), its sub-agents' too; an empty list: none."""
         parent = workflow.info().parent
-        if parent is None or not patches.patched(PATCH_AGENT_CLIENT):
+        if parent is None:
             return
         try:
             await workflow.get_external_workflow_handle(parent.workflow_id).signal(
@@ -300,7 +286,6 @@ class TurnWorkflow:
 
     @workflow.run
     async def run(self, inp: TurnInput) -> TurnResult:
-        patches.decide()  # first: before any local activity (see ``patches``)
         if workflow.info().parent is None:
             # Started directly with an id no conversation may have, or metadata no
             # conversation accepts: touch nothing.
@@ -393,9 +378,7 @@ class TurnWorkflow:
             + (f" (regenerate {inp.regenerate})"[:200] if inp.regenerate else "")
             + (f" · re-run {run} after compaction" if run else "")
         )
-        plan = await self._bookkeeping(
-            BEGIN_TURN, begin, TurnPlan, summary, options.BEGIN_HEARTBEAT
-        )
+        plan = await self._bookkeeping(BEGIN_TURN, begin, TurnPlan, summary)
         self._stage = "stream"
         if not plan.skip:
             self._model = plan.model
@@ -433,9 +416,7 @@ class TurnWorkflow:
                 break
             # the client's answers arrived: continue in a new turn (a sub-agent has no
             # conversation to run one, so it goes on here)
-            if await self._tool_calls(ref, plan, last) and not (
-                ref.agent and patches.patched(PATCH_AGENT_CLIENT)
-            ):
+            if await self._tool_calls(ref, plan, last) and not ref.agent:
                 self._awaited_client = True
                 break
             if _should_stop(plan.stop_when, last, steps):
@@ -460,8 +441,6 @@ class TurnWorkflow:
                 summary=f"compact: {reason}{at}",
             )
 
-        if not _attempt_budgets():
-            return await attempt(options.model_retry(plan))
         return await options.with_budgets(
             lambda _n, _failed, _last: attempt(options.ONE_ATTEMPT),
             stage=f"compaction ({reason})",
@@ -494,9 +473,6 @@ class TurnWorkflow:
                 summary=f"model step {step} · {plan.model}{size}",
             )
 
-        if not _attempt_budgets():
-            inp = ModelStepInput(turn=ref, step=step, model=plan.model)
-            return await attempt(inp, options.model_retry(plan))
         seen = recovery.Tracker()
         return await options.with_budgets(
             lambda n, failed, last: attempt(
@@ -550,8 +526,6 @@ class TurnWorkflow:
                 size = 0
             batches[-1].append(o)
             size += answer
-        if len(batches) > 1 and not patches.patched(PATCH_ANSWERS_IN_BATCHES):
-            batches = [pending]
         runs: list[Awaitable[ToolOutcome]] = []
         for i, batch in enumerate(batches):
             if i:
@@ -640,8 +614,6 @@ class TurnWorkflow:
                 + (" · client's answer" if resolution else ""),
             )
 
-        if not _attempt_budgets():
-            return attempt(0, 0, options.TOOL_RETRY)
         return options.with_budgets(
             lambda n, failed, _last: attempt(n, failed, options.ONE_ATTEMPT),
             stage=f"tool {call.tool_name}",
@@ -706,40 +678,23 @@ class TurnWorkflow:
             # only a conversation runs the continuation turn
             auto_continue=auto_continue and ref.by_conversation,
         )
-        heartbeat = options.heartbeat(plan) if plan else options.BEGIN_HEARTBEAT
-        return await self._bookkeeping(
-            FINISH_TURN, finish, TurnResult, f"finish turn · {status}", heartbeat
-        )
+        return await self._bookkeeping(FINISH_TURN, finish, TurnResult, f"finish turn · {status}")
 
     async def _fail(
         self, ref: TurnRef, steps: int, continuation: bool, error: ErrorInfo
     ) -> TurnResult:
         self._status = "error"
         fail = FailTurnInput(turn=ref, steps=steps, error=error, continuation=continuation)
-        return await self._bookkeeping(
-            FAIL_TURN, fail, TurnResult, f"fail turn · {error.type}", options.BEGIN_HEARTBEAT
-        )
+        return await self._bookkeeping(FAIL_TURN, fail, TurnResult, f"fail turn · {error.type}")
 
-    async def _bookkeeping(
-        self, name: str, arg: Any, result_type: type[T], summary: str, heartbeat: timedelta
-    ) -> T:
-        """begin, finish or fail turn: a local activity (a regular one in turns recorded
-        before the change, whose histories must replay as they ran)."""
-        if _local_bookkeeping():
-            return await workflow.execute_local_activity(
-                name,
-                arg,
-                result_type=result_type,
-                start_to_close_timeout=options.SHORT,
-                retry_policy=options.BOOKKEEPING_RETRY,
-                summary=summary,
-            )
-        return await workflow.execute_activity(
+    async def _bookkeeping(self, name: str, arg: Any, result_type: type[T], summary: str) -> T:
+        """begin, finish or fail turn: a local activity (it saves the worker a round trip to
+        the server, schedule, poll, complete and a new workflow task, on every turn)."""
+        return await workflow.execute_local_activity(
             name,
             arg,
             result_type=result_type,
             start_to_close_timeout=options.SHORT,
-            heartbeat_timeout=heartbeat,
             retry_policy=options.BOOKKEEPING_RETRY,
             summary=summary,
         )
@@ -752,19 +707,6 @@ MAX_HELD_RESOLUTION_BYTES = 1024 * 1024
 """Results a turn holds for calls it is not waiting on (they may arrive before the step that
 asks for them ends); past it, noted in ``rejected_tool_results`` and dropped."""
 
-PATCH_TOOL_RESULT_INBOX = "turn-tool-results-through-inbox"
-"""``toolResult`` signals are kept as they come and read a bounded amount per workflow task;
-runs recorded before read each in its handler."""
-
-PATCH_ANSWERS_IN_BATCHES = "turn-client-answers-in-batches"
-"""Client answers go to their activities in bounded batches, and results held for calls the turn
-is not waiting on are bounded; runs recorded before did neither."""
-
-PATCH_AGENT_CLIENT = "subagent-client-tools"
-"""A sub-agent's client tools and approvals reach the parent's client: the sub-agent's turn
-tells its parent what waits and goes on in the same turn once answered; the parent forwards
-the answers. Runs recorded before never had a sub-agent wait (its activity refused)."""
-
 TOOL_TIMEOUT_MARGIN_S = 30.0
 """Beyond a tool's own time limit: the activity's bookkeeping around the run."""
 
@@ -775,26 +717,6 @@ def _tool_limits(call: ToolCallRef) -> str:
         return ""
     text = f" · timeout {call.timeout_s:g}s"
     return text + (f" · retries {call.retries}" if call.retries else "")
-
-
-PATCH_ATTEMPT_BUDGETS = "activity-attempt-budgets"
-"""Model steps, compactions and tool calls are retried by the workflow, one attempt per
-schedule, with a worker's deaths counted apart from the activity's own failures; runs
-recorded before let Temporal retry them (``options.model_retry``, ``options.TOOL_RETRY``)."""
-
-
-def _attempt_budgets() -> bool:
-    return patches.patched(PATCH_ATTEMPT_BUDGETS)
-
-
-LOCAL_BOOKKEEPING_PATCH = "local-begin-finish"
-
-
-def _local_bookkeeping() -> bool:
-    """begin_turn and finish_turn run as local activities: each saves the worker a round trip
-    to the server (schedule, poll, complete, a new workflow task) on every turn. Turns
-    recorded before this change replay with the regular activities they ran."""
-    return patches.patched(LOCAL_BOOKKEEPING_PATCH)
 
 
 _STAGES = {

@@ -25,6 +25,9 @@ Why it is shaped like this:
   rejects unsigned thinking (for example reasoning another provider produced).
 * Server-side tools (``server_tool_use`` and their results) run at Anthropic; their blocks
   are skipped, never turned into tool calls for the engine to run.
+
+Why it is long (about 580 lines): its request body, message mapping, stream parser and
+error mapping belong to one wire API and are read together, as in ``openai.py``.
 """
 
 from __future__ import annotations
@@ -77,7 +80,7 @@ from durable_turns.models.providers import (
     step_results,
     tool_output_text,
 )
-from durable_turns.models.secrets import redact
+from durable_turns.redaction import redact
 
 DEFAULT_MAX_TOKENS = 4096
 """The API requires ``max_tokens``; used when the turn sets no ``max_output_tokens``."""

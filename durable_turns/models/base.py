@@ -1,4 +1,5 @@
-"""The model provider interface, and the typed errors every provider raises.
+"""The model provider interface, and the typed errors every provider raises (defined in
+``durable_turns.errors``).
 
 A provider turns a ``ModelRequest`` (provider-neutral messages, tools, settings) into a
 stream of ``StreamPart``s ending with one ``FinishChunk``. Providers never retry
@@ -11,57 +12,15 @@ from __future__ import annotations
 import abc
 import json
 from collections.abc import AsyncIterator
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from durable_turns.errors import MAX_PROVIDER_MESSAGE_CHARS as MAX_PROVIDER_MESSAGE_CHARS
+from durable_turns.errors import ErrorKind as ErrorKind
+from durable_turns.errors import ProviderError as ProviderError
 from durable_turns.hooks.types import CacheConfig
 from durable_turns.messages import Message, StreamPart, ToolChoice, ToolSpec
-from durable_turns.models.secrets import redact
-
-ErrorKind = Literal["transient", "context_overflow", "auth", "invalid_request", "fatal"]
-
-
-MAX_PROVIDER_MESSAGE_CHARS = 4000
-"""A provider error's message is cut to this (it becomes the activity's failure in the
-history, and the turn's ``ErrorInfo.message``, itself cut to 1,000 characters)."""
-
-
-class ProviderError(Exception):
-    """A provider call failed. ``kind`` says what the engine should do with it.
-
-    * transient: 408/409/429/5xx, overloaded, connection errors; retried after ``retry_after``
-    * context_overflow: the prompt is too long; goes to ``classify_chat_error``
-    * auth / invalid_request / fatal: not retried; reaches ``on_chat_error``
-
-    The message is redacted as it is made: configured API keys (verbatim, base64, any case)
-    never reach an error, a log line or the workflow history.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        kind: ErrorKind = "fatal",
-        status: int | None = None,
-        retry_after: float | None = None,
-        provider: str = "",
-    ) -> None:
-
-        # the final text: keys never reach errors or logs; a gateway's whole error page never
-        # reaches the history (redacted first, so a cut never leaves a key's fragment behind)
-        text = redact(message)
-        if len(text) > MAX_PROVIDER_MESSAGE_CHARS:
-            text = text[: MAX_PROVIDER_MESSAGE_CHARS - 1] + "…"
-        super().__init__(text)
-        self.kind = kind
-        self.status = status
-        self.retry_after = retry_after
-        self.provider = provider
-
-    @property
-    def retryable(self) -> bool:
-        return self.kind == "transient"
 
 
 class ModelRequest(BaseModel):

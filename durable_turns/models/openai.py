@@ -36,6 +36,10 @@ Why it is shaped like this:
   with ``store: false`` only items with encrypted content can go back, and
   ``include: ["reasoning.encrypted_content"]`` is added for you only when ``reasoning`` is
   configured too (non-reasoning models reject it): otherwise add it to the options.
+
+Why it is long (about 800 lines): two wire APIs, each with its request body, its message
+mapping and its stream parser, and the errors they share, in marked sections; kept in one
+module, as ``anthropic.py`` keeps its one API, so a provider is read in one place.
 """
 
 from __future__ import annotations
@@ -89,7 +93,7 @@ from durable_turns.models.providers import (
     tool_input_json,
     tool_output_text,
 )
-from durable_turns.models.secrets import redact
+from durable_turns.redaction import redact
 
 PLACEHOLDER_KEY = "sk-no-key-required"
 CHARS_PER_TOKEN = 4.0

@@ -20,6 +20,8 @@ from pydantic import BaseModel, Field
 from temporalio.exceptions import ApplicationError
 
 from durable_turns.contract import INVALID_REQUEST, ToolCallOutcome
+from durable_turns.errors import StoreUnavailable as StoreUnavailable
+from durable_turns.errors import TurnNotOwned as TurnNotOwned
 from durable_turns.messages import Message, Part, SourcePart, Usage
 
 
@@ -51,19 +53,6 @@ class TurnRecord(BaseModel):
     has started and not ended: the next attempt that finds it set knows its worker died."""
     crashes: dict[str, int] = Field(default_factory=dict)
     """Attempts of each local activity (``running``) that started and never ended."""
-
-
-class StoreUnavailable(Exception):
-    """The store cannot be reached now (connection refused or lost, the database locked past
-    its busy timeout, the server restarting): the same call may succeed later."""
-
-
-class TurnNotOwned(Exception):
-    """A write into a turn that another workflow run owns (``TurnRecord.owner``)."""
-
-    def __init__(self, turn_id: str, owner: str | None) -> None:
-        super().__init__(f"turn {turn_id} is run by another workflow run ({owner or 'none'})")
-        self.turn_id = turn_id
 
 
 Claim = Literal["new", "keep", "take_over", "refuse"]

@@ -41,6 +41,9 @@ URLs: ``postgresql://user[:password]@host[:port]/database`` or ``postgres://…`
 query parameters asyncpg accepts (``sslmode=…``). This store also reads ``schema=NAME``:
 the tables then live in that PostgreSQL schema (created if missing), so several
 deployments, or test runs, can share one database.
+
+Why it is long (about 560 lines): the SQL of each of the store interface's operations, with
+the locking each needs, and this account of it; one backend, one module, as ``sqlite.py``.
 """
 
 from __future__ import annotations

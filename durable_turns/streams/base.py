@@ -21,6 +21,10 @@ see nothing from before the take-over (``StreamClaim.since``) and that run's app
 refused (``StreamNotOwned``); a run started elsewhere never takes a conversation's stream.
 A reader of a conversation's turn (``by_conversation=True``: the front door, the Python
 client) sees nothing at all until the conversation's run claimed the stream.
+
+Why it is long (about 780 lines): four marked sections (the event model, who owns a stream,
+the backend interface with its in-memory backend, the publisher) that every backend and
+every reader uses together; each backend lives in a module of its own.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from types import TracebackType
 from typing import Any, ClassVar, Final, Self
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from durable_turns.errors import StreamNotOwned, StreamUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -175,17 +181,6 @@ activities of their own, whose attempts are not the step's: their ``tool-wait`` 
 
 
 # --- who owns a stream --------------------------------------------------------------------
-
-
-class StreamNotOwned(Exception):
-    """An append by a run that does not own the stream (another run claimed the turn)."""
-
-    def __init__(self, stream_id: str, owner: str | None) -> None:
-        super().__init__(
-            f"the live stream of {stream_id} belongs to another workflow run ({owner or 'none'})"
-        )
-        self.stream_id = stream_id
-        self.owner = owner
 
 
 class StreamClaim(BaseModel):
@@ -474,21 +469,6 @@ retrying a stream it cannot write before it gives up with :class:`StreamUnavaila
 
 RETRY_PAUSE_S: Final = (0.05, 2.0)
 """A failed append is retried after the first pause, doubling up to the second."""
-
-
-class StreamUnavailable(Exception):
-    """The chunk stream could not be written within the publisher's ``write_timeout_s``.
-
-    The publisher gives up on the stream from then on: its buffered events are dropped
-    (counted in ``dropped``) and its boundaries raise this again at once."""
-
-    def __init__(self, stream_id: str, timeout_s: float, cause: BaseException | None) -> None:
-        super().__init__(
-            f"chunk stream {stream_id}: not writable within {timeout_s:g}s"
-            + (f" (last error: {cause!r})" if cause is not None else "")
-        )
-        self.stream_id = stream_id
-        self.timeout_s = timeout_s
 
 
 class ChunkPublisher:

@@ -26,8 +26,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
+from urllib.parse import urlsplit
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.responses import Response
 from temporalio.client import (
@@ -94,6 +95,12 @@ without its final event (terminated, timed out) ends the response instead of a w
 QUEUE_FRAMES = 64
 """Frames buffered per response: past it the reader waits for the client (backpressure)."""
 
+QUEUED_GRACE_S = 0.5
+"""A message that waits its turn behind a running reply (another tab's): the door waits this
+long for a prompt refusal (a full queue: 429), then answers at once (headers, ``start``,
+``data-queued``, keep-alive comments) and streams the reply when its turn starts."""
+"""Frames buffered per response: past it the reader waits for the client (backpressure)."""
+
 ERROR_STATUS = {
     "QueueFull": 429,
     "RequestTooLarge": 413,
@@ -120,6 +127,9 @@ class FrontDoor:
     max_streams_per_principal: int = 256
     open_streams: int = 0
     by_principal: dict[str, int] = field(default_factory=dict)
+    queued: set[asyncio.Future[RequestRecord]] = field(default_factory=set)
+    """Requests sent that wait their turn: held here until their turn starts, whether or
+    not their response is still open (the request stays queued either way)."""
 
     def reserve(self, principal: str | None) -> None:
         """Count an open stream; past the process's bound, or one principal's share of it,
@@ -186,19 +196,21 @@ class FrontDoor:
                 conv, [message], body=body, model=model, request_id=request_id, metadata=metadata
             ),
         )
-        if record.turn_number is None:  # cancelled before it ran
-            return Reply(conv, 0, protocol.assistant_id(conv, 0), ended=record.status)
-        head = record.turn_number
-        return Reply(conv, head, protocol.assistant_id(conv, head))
+        return Reply.of(conv, record)
 
     async def _start(
         self, conv: str, request_id: str, start: Awaitable[RequestRecord]
-    ) -> RequestRecord:
+    ) -> RequestRecord | asyncio.Future[RequestRecord]:
         """Start a request's turn (``start``: the update), unless the running reply waits
         for the browser (an approval, a client tool): a new message would then queue behind
         a turn that waits on this very browser, so it is 409 and nothing is queued. Checked
-        before the update is sent (one query), so nothing ever has to be taken back."""
-        waits_on = await self._waits_on(conv, request_id)
+        before the update is sent (one query), so nothing ever has to be taken back.
+
+        The update returns once the request's turn starts: behind a running reply (another
+        tab's) that is when that reply ends. Then, after ``QUEUED_GRACE_S`` without an
+        answer, the future of the record is returned, for the response to answer at once and
+        stream the reply when it starts."""
+        waits_on, busy = await self._waits_on(conv, request_id)
         if waits_on:
             if inspect.iscoroutine(start):
                 start.close()
@@ -208,22 +220,37 @@ class FrontDoor:
                 f"the reply waits for the browser's answer ({waits_on}): answer it, or stop"
                 " the turn (POST /api/chat/{id}/stop), before sending a new message",
             )
-        return await self._call(start)
+        if not busy:
+            record: RequestRecord = await self._call(start)
+            return record
+        sent = asyncio.ensure_future(self._call(start))
+        await asyncio.wait({sent}, timeout=QUEUED_GRACE_S)
+        if sent.done():
+            return sent.result()  # (a prompt refusal raises here: a 4xx)
+        self.queued.add(sent)
+        sent.add_done_callback(self.queued.discard)
+        return sent
 
-    async def _waits_on(self, conv: str, request_id: str) -> str:
+    async def _waits_on(self, conv: str, request_id: str) -> tuple[str, bool]:
         """The tools the running turn waits on the client for (``""``: none), unless that
-        turn is the request's own."""
+        turn is the request's own; and whether the request will wait its turn (a turn runs,
+        or requests are queued, that are not its own)."""
         try:
             state = await self.client.state(conv)
             running = state.running
+            if any(r.request_id == request_id for r in (*state.queue,)):
+                return "", True  # the same request again, still queued: it waits
+            if running is not None and running.request_id == request_id:
+                return "", False
+            if any(r.request_id == request_id for r in state.recent):
+                return "", False  # the same request again: it attaches to its own turn
+            busy = running is not None or bool(state.queue)
             if running is None or running.turn_number is None:
-                return ""
-            if any(r.request_id == request_id for r in (running, *state.queue, *state.recent)):
-                return ""  # the same request again: it attaches to its own turn
+                return "", busy
             pending = await self.client.pending_tool_calls(conv)
         except Exception:  # a new conversation, Temporal busy: the update says what it must
-            return ""
-        return ", ".join(sorted({str(p.get("tool_name")) for p in pending}))
+            return "", False
+        return ", ".join(sorted({str(p.get("tool_name")) for p in pending})), True
 
     async def _regenerate(
         self,
@@ -249,9 +276,7 @@ class FrontDoor:
                 metadata=metadata,
             ),
         )
-        if record.turn_number is None:
-            return Reply(conv, 0, protocol.assistant_id(conv, 0), ended=record.status)
-        return Reply(conv, record.turn_number, protocol.assistant_id(conv, record.turn_number))
+        return Reply.of(conv, record)
 
     async def _last_reply(self, conv: str) -> str:
         """The id of the chat's last reply: a regenerate names it (``"last"`` would make
@@ -424,7 +449,21 @@ class FrontDoor:
         return described.status == WorkflowExecutionStatus.RUNNING
 
     async def frames(self, reply: Reply, reset_step: bool) -> AsyncIterator[bytes]:
-        """The reply as SSE frames: ``start``, the chunks, ``[DONE]``."""
+        """The reply as SSE frames: ``start``, the chunks, ``[DONE]``. A request that waits
+        its turn first gets ``start`` (no ``messageId`` yet) and a transient
+        ``data-queued``; keep-alive comments follow while it waits (``EventStream``), then
+        ``start`` with the reply's id and the reply."""
+        if reply.pending is not None:
+            yield protocol.frame({"type": "start"})
+            yield protocol.frame(
+                {
+                    "type": "data-queued",
+                    "transient": True,
+                    "data": {"reason": "another reply of this chat is running"},
+                }
+            )
+            # shielded: a closed response leaves the request queued, as it is in the engine
+            reply = Reply.of(reply.conversation_id, await asyncio.shield(reply.pending))
         ui = protocol.UIMessageStream(reply.message_id, reset_step=reset_step)
         yield protocol.frame(ui.start())
         if reply.ended is not None:
@@ -480,6 +519,18 @@ class Reply:
     """Continue after this (turn, offset): what the browser already has is not sent again."""
     ended: str | None = None
     """The request ended without a turn (cancelled while queued)."""
+    pending: asyncio.Future[RequestRecord] | None = None
+    """The request waits its turn: its record once the turn starts (``head`` and
+    ``message_id`` are not known before)."""
+
+    @classmethod
+    def of(cls, conv: str, record: RequestRecord | asyncio.Future[RequestRecord]) -> Reply:
+        """The reply a request's record names (or will, once its turn starts)."""
+        if isinstance(record, asyncio.Future):
+            return cls(conv, 0, "", pending=record)
+        if record.turn_number is None:  # cancelled before it ran
+            return cls(conv, 0, protocol.assistant_id(conv, 0), ended=record.status)
+        return cls(conv, record.turn_number, protocol.assistant_id(conv, record.turn_number))
 
 
 def _next_turn(ev: StreamEvent) -> int | None:
@@ -610,7 +661,23 @@ def create_app(
                 if client is None:
                     await it.client.aclose()
 
-    app = FastAPI(title="durable-turns", lifespan=lifespan, docs_url=None, redoc_url=None)
+    allowed = allowed_origins(settings.http_origins)
+    public: set[Any] = set()  # endpoints a safe request may reach from anywhere
+
+    async def guard(request: Request) -> None:
+        """Every route's first step (:func:`guard_request`), so no route can miss it."""
+        safe = request.method in SAFE_METHODS
+        guard_request(
+            request, authenticate is None, allowed, safe and request.scope.get("endpoint") in public
+        )
+
+    app = FastAPI(
+        title="durable-turns",
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        dependencies=[Depends(guard)],
+    )
 
     @app.exception_handler(BadRequest)
     async def _bad(request: Request, exc: BadRequest) -> Response:
@@ -627,7 +694,6 @@ def create_app(
     @app.post("/api/chat")
     async def post_chat(request: Request) -> Any:
         it = await opened()
-        check_origin(request, it.authenticate is None, json_body=True)
         principal = await it.principal(request.headers)
         raw = await read_body(request, MAX_BODY_BYTES)
         chat = parse_chat_request(raw)
@@ -644,7 +710,6 @@ def create_app(
     @app.get("/api/chat/{chat_id:path}/stream")
     async def get_stream(chat_id: str, request: Request) -> Any:
         it = await opened()
-        check_origin(request, it.authenticate is None)
         principal = await it.principal(request.headers)
         conv = it.conversation(principal, chat_id)
         reply = await it.running_reply(conv)
@@ -657,7 +722,6 @@ def create_app(
     @app.get("/api/chat/{chat_id:path}/messages")
     async def get_messages(chat_id: str, request: Request) -> Any:
         it = await opened()
-        check_origin(request, it.authenticate is None)
         conv = it.conversation(await it.principal(request.headers), chat_id)
         messages = protocol.ui_messages(await it.store.messages(conv))
         return Response(protocol.dumps(messages), media_type="application/json")
@@ -665,7 +729,6 @@ def create_app(
     @app.post("/api/chat/{chat_id:path}/stop")
     async def stop(chat_id: str, request: Request) -> Any:
         it = await opened()
-        check_origin(request, it.authenticate is None)
         conv = it.conversation(await it.principal(request.headers), chat_id)
         state = await it.state(conv)
         running = state.running if state else None
@@ -688,30 +751,129 @@ def create_app(
             {"ok": True, "open_streams": it.open_streams, "streams_followed": it.hub.followed}
         )
 
+    public.update({page, health})
+
     return app
 
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
 
 
-def check_origin(request: Any, open_door: bool, json_body: bool = False) -> None:
-    """Without authentication (loopback only), a web page the user visits must not drive
-    the front door: a POST must be JSON (which a cross-site page cannot send without a CORS
-    preflight, and none is granted), and the Host must be a loopback name (no DNS
-    rebinding). With authentication the credentials decide."""
-    if json_body and "application/json" not in request.headers.get("content-type", ""):
-        raise BadRequest(415, "UnsupportedMediaType", "send the request as application/json")
-    if not open_door:
-        return
-    host = request.headers.get("host", "")
-    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    if name not in LOOPBACK_HOSTS:
-        raise BadRequest(
-            403,
-            "Forbidden",
-            f"without authentication this server answers only loopback names, not {host!r}"
-            " (set TURNS_HTTP_TOKEN to serve other hosts)",
+def guard_request(request: Any, open_door: bool, allowed: frozenset[str], public: bool) -> None:
+    """What every request passes before its route runs (a refusal starts and stops nothing,
+    and needs no connection to Temporal).
+
+    Without authentication (``open_door``: a loopback door) nothing but the request says who
+    sent it, so a web page the user visits must not be able to drive the door: the ``Host``
+    must be a loopback name (no DNS rebinding, 403), and neither ``Origin`` nor
+    ``Sec-Fetch-Site`` may say a page of another origin sent it (403,
+    :func:`cross_site_problem`). ``public``: a GET of the page itself, which a link from
+    anywhere may open. With authentication the credentials decide.
+
+    And always: a request that may change state (any method but GET, HEAD, OPTIONS) must
+    declare its body ``application/json``, parsed exactly (415, :func:`media_type`). A page
+    on another site cannot send that without a CORS preflight, which is never granted;
+    ``text/plain; x=application/json`` is ``text/plain``."""
+    if open_door and not public:
+        host = request.headers.get("host", "")
+        name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+        if name not in LOOPBACK_HOSTS:
+            raise BadRequest(
+                403,
+                "Forbidden",
+                f"without authentication this server answers only loopback names, not"
+                f" {host[:100]!r} (set TURNS_HTTP_TOKEN to serve other hosts)",
+            )
+        problem = cross_site_problem(request.headers, request.url.scheme, allowed)
+        if problem:
+            raise BadRequest(403, "Forbidden", problem)
+    if request.method not in SAFE_METHODS:
+        given = request.headers.get("content-type", "")
+        if media_type(given) != JSON_MEDIA_TYPE:
+            raise BadRequest(
+                415,
+                "UnsupportedMediaType",
+                f"send the request as {JSON_MEDIA_TYPE} (content-type: {given[:100]!r})",
+            )
+
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Methods that change nothing; every other one is held to :func:`guard_request`'s rules."""
+
+JSON_MEDIA_TYPE = "application/json"
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def media_type(content_type: str) -> str:
+    """The media type of a ``Content-Type`` value: what comes before its first ``;``,
+    trimmed and lower-cased (RFC 9110 §8.3.1). ``text/plain; x=application/json`` is
+    ``text/plain``: a parameter never makes a body JSON."""
+    return content_type.partition(";")[0].strip().lower()
+
+
+def allowed_origins(origins: list[str]) -> frozenset[str]:
+    """``TURNS_HTTP_ORIGINS``, normalised; an entry that is no origin is a ``ValueError``."""
+    allowed = set()
+    for origin in origins:
+        normal = normal_origin(origin)
+        if normal is None:
+            raise ValueError(
+                f"TURNS_HTTP_ORIGINS: {origin!r} is not an origin (scheme://host[:port])"
+            )
+        allowed.add(normal)
+    return frozenset(allowed)
+
+
+def normal_origin(origin: str) -> str | None:
+    """``scheme://host:port`` (lower-cased, the default port written out) of an ``Origin``
+    value or an allowed origin; None when it is not one (``null``, a path, no host)."""
+    try:
+        parts = urlsplit(origin.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in DEFAULT_PORTS or not parts.hostname or parts.path not in ("", "/"):
+        return None
+    if parts.query or parts.fragment or parts.username or parts.password:
+        return None
+    host = parts.hostname.lower()
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port or DEFAULT_PORTS[scheme]}"
+
+
+def cross_site_problem(
+    headers: Mapping[str, str], scheme: str, allowed: frozenset[str]
+) -> str | None:
+    """Why a request without authentication looks sent by a page of another site, or None.
+
+    Refused: an ``Origin`` that is not the door's own (``scheme://Host``) nor in ``allowed``
+    (normalised by :func:`normal_origin`; ``null`` included), and a ``Sec-Fetch-Site`` other
+    than ``same-origin`` or ``none`` (the address bar, a bookmark) unless the ``Origin`` is
+    an allowed one: ``same-site`` is refused too, since another port of this host (another
+    local server's page) is the same site. A request with neither header (curl, a script,
+    the ``ai`` client in Node) is not a page's, and passes."""
+    origin = headers.get("origin")
+    if origin is not None:
+        given = normal_origin(origin)
+        if given is not None and given in allowed:
+            return None
+        own = normal_origin(f"{scheme}://{headers.get('host', '')}")
+        if given is None or given != own:
+            return (
+                f"a request from the page of another origin ({origin[:100]!r}) is refused"
+                " without authentication (set TURNS_HTTP_TOKEN, or list the origin in"
+                " TURNS_HTTP_ORIGINS)"
+            )
+    site = headers.get("sec-fetch-site")
+    if site is not None and site.strip().lower() not in ("same-origin", "none"):
+        return (
+            f"a request from a page of another site (Sec-Fetch-Site: {site[:40]!r}) is refused"
+            " without authentication (set TURNS_HTTP_TOKEN)"
         )
+    return None
 
 
 def wants_v7(headers: Mapping[str, str], default: int) -> bool:

@@ -15,36 +15,22 @@ from __future__ import annotations
 
 import hmac
 import inspect
-import re
 from collections.abc import Awaitable, Callable, Mapping
 from urllib.parse import quote
 
+from durable_turns.config import http_tokens
 from durable_turns.contract import id_problem
-
-_NAME = re.compile(r"[A-Za-z0-9_.@-]+")
-"""A principal's name in ``name=token``."""
+from durable_turns.errors import Unauthorized
+from durable_turns.redaction import register
 
 Authenticate = Callable[[Mapping[str, str]], "str | Awaitable[str | None] | None"]
 """``headers -> principal`` (or ``None``: 401); headers are lower-cased."""
 
 
-class Unauthorized(Exception):
-    pass
-
-
 def bearer_tokens(spec: str) -> Authenticate:
     """The built-in mode: ``TURNS_HTTP_TOKEN`` = ``token`` or ``alice=tok1,bob=tok2``."""
-    tokens: dict[str, str] = {}
-    for item in (s.strip() for s in spec.split(",")):
-        if not item:
-            continue
-        name, sep, token = item.partition("=")
-        if not (sep and _NAME.fullmatch(name) and token.strip("=")):
-            # one token (base64 padding included: "abc==" is a token, not "abc" = "=")
-            name, token = "default", item
-        tokens[token] = name
-    if not tokens:
-        raise ValueError("TURNS_HTTP_TOKEN is empty")
+    tokens = http_tokens(spec)
+    register(*tokens)  # masked in every log record
 
     def authenticate(headers: Mapping[str, str]) -> str | None:
         scheme, _, given = headers.get("authorization", "").partition(" ")

@@ -10,6 +10,9 @@ attempt is dropped with ``reset-step``, or left out of a replay).
 One UI message is one *reply*: a turn, plus the continuation turns that carry it on after
 client tool results or approvals (the AI SDK continues the last assistant message). Its id is
 the persisted assistant message id of the reply's first turn (``<conversation>/turn-<n>/assistant``).
+
+Why it is long (about 630 lines): the protocol both ways, a live stream to chunks and stored
+messages to ``UIMessage``s, kept side by side because the two must agree part for part.
 """
 
 from __future__ import annotations
@@ -368,7 +371,10 @@ class UIMessageStream:
         elif status == "aborted":
             out.append({"type": "abort"})
         reason = {"error": "error", "aborted": "other"}.get(str(status), self._finish_reason)
-        out.append({"type": "finish", "finishReason": reason})
+        finish: dict[str, Any] = {"type": "finish", "finishReason": reason}
+        if status == "aborted":  # kept in the message, as the stored reply has it
+            finish["messageMetadata"] = {"status": "aborted"}
+        out.append(finish)
         return out
 
     # --- helpers ----------------------------------------------------------------------
@@ -520,13 +526,23 @@ def ui_messages(messages: Iterable[Message]) -> list[dict[str, Any]]:
             parts = _assistant_parts(message)
             if message.metadata.get("continuation") and out and out[-1]["role"] == "assistant":
                 out[-1]["parts"].extend(parts)  # a continuation carries the reply on
+                out[-1].pop("metadata", None)  # its last turn says how the reply ended
+                out[-1].update(_ended(message))
                 continue
-            out.append({"id": message.id, "role": "assistant", "parts": parts})
+            out.append({"id": message.id, "role": "assistant", "parts": parts, **_ended(message)})
         else:
             ui_id = message.metadata.get("ui_message_id")
             ui_id = ui_id if isinstance(ui_id, str) and ui_id else message.id
             out.append({"id": ui_id, "role": message.role, "parts": _user_parts(message)})
     return out
+
+
+def _ended(message: Message) -> dict[str, Any]:
+    """A stopped reply's ``metadata``: ``{"status": "aborted"}``, as the stream's last
+    ``finish`` gives it (``messageMetadata``), so a reloaded page can still mark it."""
+    if message.metadata.get("status") == "aborted":
+        return {"metadata": {"status": "aborted"}}
+    return {}
 
 
 def _user_parts(message: Message) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import from_json, to_json
 
 from durable_turns.contract import metadata_problem, validation_problems
+from durable_turns.errors import BadRequest
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
 """A request body over this many bytes is refused (413) before it is parsed. The transport
@@ -35,17 +36,6 @@ PART_TYPES = frozenset(
     {"text", "reasoning", "file", "step-start", "source-url", "source-document", "dynamic-tool"}
 )
 """Part types of the protocol; ``tool-<name>`` and ``data-<name>`` too. Anything else: 400."""
-
-
-class BadRequest(Exception):
-    """A request the front door refuses: ``status`` (4xx), a typed ``code`` and a reason."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message = status, code, message
-
-    def body(self) -> dict[str, Any]:
-        return {"error": {"type": self.code, "message": self.message}}
 
 
 class UIPart(BaseModel):

@@ -16,15 +16,19 @@
 //      {"do": "click", "testid": "approve", "index": -1?}   the last one unless index says
 //      {"do": "reload"}, {"do": "goto", "url": "..."}
 //      {"do": "sleep", "ms": 500}
+//      {"do": "evaluate", "js": "fetch(...)"}     run an expression in the page (not awaited
+//                                                 when it is a promise: e.g. another tab's POST)
 //      {"do": "snapshot"}                         the rendered messages, from the DOM
 //      {"do": "screenshot", "path": "/tmp/x.png"} a PNG of the page (debugging)
 //   ]}
 //
 // Every step waits up to timeoutMs (the spec's, or the step's own "timeoutMs"). Prints one
 // JSON line: {"ok", "error", "failedStep", "snapshots": [{status, messages: [{id, role,
-// text, tools: [{id, name, state}], errors}]}], "final": snapshot on failure, "console":
+// text, tools: [{id, name, state}], errors, stopped}]}], "final": snapshot on failure, "console":
 // the page's console errors and uncaught exceptions, "network": Chromium's "Failed to load
-// resource" lines (one per non-2xx response, e.g. a 501 the page shows as an error)}. Exit code 0 when ok, 1 when a step
+// resource" lines (one per non-2xx response, e.g. a 501 the page shows as an error),
+// "responses": every response the page's requests got, [{url, method, status}], as
+// Chromium's network layer saw it (also an opaque no-cors one the page cannot read)}. Exit code 0 when ok, 1 when a step
 // failed, 2 when the spec could not be read or the browser not started.
 //
 // The browser is Debian's /usr/bin/chromium (CHROMIUM_PATH overrides); nothing is downloaded.
@@ -60,6 +64,7 @@ function domSnapshot() {
       text: q(m, "text").map((t) => t.textContent).join(""),
       tools: q(m, "tool").map((t) => ({ id: t.dataset.toolCallId, name: t.dataset.toolName, state: t.dataset.state })),
       errors: q(m, "error").map((e) => e.textContent),
+      stopped: q(m, "stopped").length > 0,
     })),
   };
 }
@@ -134,6 +139,9 @@ async function runStep(page, step, timeout, state) {
     case "sleep":
       await page.waitForTimeout(Number(step.ms ?? 0));
       return;
+    case "evaluate":
+      await page.evaluate((js) => { (0, eval)(js); }, String(step.js ?? ""));
+      return;
     case "screenshot":
       await page.screenshot({ path: String(step.path), fullPage: !!step.fullPage, timeout });
       return;
@@ -156,6 +164,7 @@ async function main() {
   const timeoutMs = Number(spec.timeoutMs ?? 30000);
   const consoleErrors = [];
   const network = [];
+  const responses = [];
   const state = { snapshots: [] };
   let browser;
   try {
@@ -174,6 +183,8 @@ async function main() {
       // Chromium logs every non-2xx response so: a page that shows an HTTP error is not a bug
       (m.text().startsWith("Failed to load resource") ? network : consoleErrors).push(m.text());
     });
+    page.on("response", (r) => responses.push({ url: r.url(), method: r.request().method(), status: r.status() }));
+    page.on("requestfailed", (r) => responses.push({ url: r.url(), method: r.method(), status: null, failure: r.failure()?.errorText ?? null }));
     page.on("pageerror", (e) => consoleErrors.push(`pageerror: ${e.message}`));
     await page.goto(spec.url, { waitUntil: "load", timeout: timeoutMs });
     let i = 0;
@@ -182,17 +193,17 @@ async function main() {
         const step = spec.steps[i] || {};
         await runStep(page, step, Number(step.timeoutMs ?? timeoutMs), state);
       }
-      result = { ok: true, error: null, snapshots: state.snapshots, console: consoleErrors, network };
+      result = { ok: true, error: null, snapshots: state.snapshots, console: consoleErrors, network, responses };
     } catch (e) {
       let final = null;
       try { final = await page.evaluate(domSnapshot); } catch { /* the page is gone */ }
       result = {
         ok: false, error: `step ${i} ${JSON.stringify(spec.steps[i])}: ${String(e.message || e).split("\n")[0]}`,
-        failedStep: i, snapshots: state.snapshots, final, console: consoleErrors, network,
+        failedStep: i, snapshots: state.snapshots, final, console: consoleErrors, network, responses,
       };
     }
   } catch (e) {
-    result = { ok: false, error: `page: ${String(e.message || e).split("\n")[0]}`, snapshots: state.snapshots, console: consoleErrors, network };
+    result = { ok: false, error: `page: ${String(e.message || e).split("\n")[0]}`, snapshots: state.snapshots, console: consoleErrors, network, responses };
   } finally {
     await browser.close().catch(() => {});
   }

@@ -1,4 +1,4 @@
-"""Whole-engine provider tests: a worker wired to ``tests/llm_server.py`` for both providers.
+"""Whole-engine provider tests: a worker wired to ``testkit/llm_server.py`` for both providers.
 
 ``ProviderHooks`` is ``RecordingHooks`` (its body-driven ``turn_config`` / ``step_configs``
 and its hook log) plus a ``step_record`` line per finished step with what ``StepContext``
@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from durable_turns.hooks import StepContext
-from tests.llm_server import LLMServer
+from testkit.llm_server import LLMServer
 from tests.support.harness import Harness, WorkerProcess
 from tests.support.hooks import RecordingHooks, record
 
