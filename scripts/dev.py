@@ -2,7 +2,7 @@
 """Set-up and the two front-door commands, with nothing but Python 3.11 and pip.
 
     python3 scripts/dev.py demo     create .venv, install the project, run the offline demo
-    python3 scripts/dev.py test     the same set-up, then the whole test suite
+    python3 scripts/dev.py test     the same set-up, then the whole test suite (in parallel)
     python3 scripts/dev.py lint     ruff and mypy
     python3 scripts/dev.py bench    the benchmarks
 
@@ -82,6 +82,19 @@ def say_where_the_commands_are() -> None:
     )
 
 
+PARALLEL = ["-n", os.environ.get("TURNS_TEST_PROCESSES", "4"), "--dist", "worksteal"]
+"""How ``test`` runs pytest unless told otherwise (``-n``, or ``-p no:xdist``): four pytest
+processes, each with a Temporal dev server, replay server and workers of its own (the
+fixtures are per process, the stores per test). Most of a test's time is waiting on
+processes and timers, so four keep a 2-core machine busy; ``TURNS_TEST_PROCESSES=0`` runs
+the suite in one process."""
+
+
+def pytest_args(rest: list[str]) -> list[str]:
+    told = any(a in ("-n", "--numprocesses", "no:xdist") or a.startswith("-n") for a in rest)
+    return rest if told else [*PARALLEL, *rest]
+
+
 def run(*cmd: str) -> int:
     return subprocess.run(list(cmd), cwd=ROOT).returncode
 
@@ -97,7 +110,7 @@ def main() -> None:
         say_where_the_commands_are()
     elif command == "test":
         ensure_js()
-        code = run(str(PY), "-m", "pytest", *rest)
+        code = run(str(PY), "-m", "pytest", *pytest_args(rest))
     elif command == "lint":
         code = run(str(BIN / "ruff"), "check", ".") or run(
             str(BIN / "ruff"), "format", "--check", "."

@@ -25,7 +25,8 @@ TEST_DYNAMIC_CONFIG = [*FAST_DYNAMIC_CONFIG, "limit.historyCount.suggestContinue
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    compile_sources()  # before the first worker process starts
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # once, in the process that starts the others
+        compile_sources()  # before the first worker process starts
 
 
 @pytest.fixture(scope="session")
