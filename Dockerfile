@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# A durable-turns worker: `docker build -t durable-turns:0.1.0 .`, then run it with
+# A durable-turns worker: `docker build -t durable-turns:1.0.0 .`, then run it with
 # TEMPORAL_ADDRESS and TURNS_STORE_URL set (see docker-compose.yml). Without
 # TEMPORAL_ADDRESS it would start an embedded dev server inside the container instead.
 FROM python:3.11-slim

@@ -182,10 +182,10 @@ HOOK_ERROR = "HookError"
 INVALID_REQUEST = "InvalidRequest"
 INVALID_MODEL = "InvalidModel"
 INVALID_ID = "InvalidId"
+"""A conversation, request or message id breaks the id rules (:data:`MAX_ID_BYTES`)."""
 EMPTY_MESSAGE = "EmptyMessage"
 """A request to run a turn holds a message with nothing in it: no parts, or only text that is
 empty or whitespace (:func:`empty_message_problem`)."""
-"""A conversation, request or message id breaks the id rules (:data:`MAX_ID_BYTES`)."""
 INVALID_PAYLOAD = "InvalidPayload"
 """A signal or update payload that cannot be decoded (not JSON, bad UTF-8, too deep,
 undecryptable)."""

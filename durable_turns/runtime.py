@@ -351,8 +351,20 @@ async def running_worker(
         max_concurrent_activities=1,
         identity=identity,
     )
-    async with worker, info:
-        yield worker
+    async with info:
+        run = asyncio.create_task(worker.run())
+        opened = asyncio.create_task(plugin.opened.wait())
+        await asyncio.wait({run, opened}, return_when=asyncio.FIRST_COMPLETED)
+        if not opened.done():  # the run ended first: the store or the stream did not open
+            opened.cancel()
+            await run  # raises what stopped it
+            raise RuntimeError("the worker stopped before it opened its store")
+        try:
+            yield worker
+        finally:
+            if not run.done():
+                await worker.shutdown()
+            await run
 
 
 def ready_lines(

@@ -91,8 +91,11 @@ the suite in one process."""
 
 
 def pytest_args(rest: list[str]) -> list[str]:
+    """``rest`` with :data:`PARALLEL` unless it says how to run, and the 20 slowest tests
+    listed at the end unless it says how many (CI's report of where the time goes)."""
     told = any(a in ("-n", "--numprocesses", "no:xdist") or a.startswith("-n") for a in rest)
-    return rest if told else [*PARALLEL, *rest]
+    durations = [] if any(a.startswith("--durations") for a in rest) else ["--durations=20"]
+    return [*durations, *rest] if told else [*PARALLEL, *durations, *rest]
 
 
 def run(*cmd: str) -> int:

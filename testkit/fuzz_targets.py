@@ -99,6 +99,7 @@ ERROR_TYPES = frozenset(
     {
         contract.INVALID_REQUEST,
         contract.INVALID_ID,
+        contract.EMPTY_MESSAGE,
         contract.INVALID_PAYLOAD,
         contract.REQUEST_TOO_LARGE,
         contract.QUEUE_FULL,

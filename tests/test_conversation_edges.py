@@ -35,6 +35,7 @@ from durable_turns.contract import (
     InvalidId,
     TurnInput,
 )
+from durable_turns.devserver import SIGNALS_PER_RUN
 from durable_turns.workflows import options
 from testkit.faultproxy import FaultProxy
 from tests.support.harness import Harness
@@ -205,17 +206,18 @@ async def test_every_input_has_a_size_limit(harness: Harness) -> None:
 
 
 async def test_a_burst_of_signals_leaves_the_conversation_working(harness: Harness) -> None:
-    """Scaled down from bench.robustness (10,000 each). Old code: every rejection logged,
+    """Scaled down from bench.robustness (10,000 each; one run takes 2,500 signals). Old code: every rejection logged,
     set details and trimmed records in O(n); a burst delivered in one activation hit the
     deadlock detector on every retry. Valid requests past the queue bound were admitted
     without limit."""
     conversation = harness.conv("burst")
     handle = await _start_idle(harness, conversation)
-    malformed = [{"messages": "nope", "n": i} for i in range(2000)]
     valid = [
         {"messages": [{"role": "user", "content": f"v{i}"}], "model": "demo:echo"}
         for i in range(MAX_QUEUED_REQUESTS + 100)
     ]
+    # as many as one run takes (the server refuses signals past SIGNALS_PER_RUN to senders)
+    malformed = [{"messages": "nope", "n": i} for i in range(SIGNALS_PER_RUN - len(valid) - 100)]
     await _signal_all(handle, "submitMessages", malformed + valid)
     harness.start_worker()  # the whole burst arrives in one activation
 
@@ -225,7 +227,7 @@ async def test_a_burst_of_signals_leaves_the_conversation_working(harness: Harne
         return state
 
     state = await _eventually(settled, 25)
-    assert state.rejected_count == 2000 + 100
+    assert state.rejected_count == len(malformed) + 100
     assert state.queued_count <= MAX_QUEUED_REQUESTS
     kinds = {r.error.type for r in state.recent if r.status == "rejected" and r.error}
     assert kinds == {"QueueFull"}  # the last rejections shown are the overflow

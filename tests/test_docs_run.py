@@ -104,6 +104,20 @@ def scripts(python: list[str]) -> list[list[str]]:
     return [segment for segment in out if segment]
 
 
+GIVEN = {
+    "docs/tools.md": (
+        "from durable_turns import TurnsClient, run\n\n"
+        "async def main() -> None:\n"
+        "    client = await TurnsClient.connect()\n"
+        '    await client.send("conv-1", "Where am I?")\n\n'
+        "run(main())\n"
+    ),
+}
+"""What a page's scripts take as given, run before them: tools.md answers the pending calls
+of a conversation ``conv-1`` that its reader has (each page runs on a dev server of its own
+when the suite runs in parallel, so no other page's ``conv-1`` is there)."""
+
+
 @pytest.mark.parametrize("page", PAGES)
 async def test_the_code_blocks_run_as_written(harness: Harness, page: str, tmp_path: Path) -> None:
     env = page_env(harness, tmp_path)
@@ -116,7 +130,8 @@ async def test_the_code_blocks_run_as_written(harness: Harness, page: str, tmp_p
     worker = WorkerProcess(env, tmp_path / "worker.log")
     harness.workers.append(worker)
     worker.wait_ready()
-    for n, segment in enumerate(scripts(python)):
+    given = [[GIVEN[page]]] if page in GIVEN else []
+    for n, segment in enumerate(given + scripts(python)):
         script = tmp_path / f"blocks-{n}.py"
         script.write_text("\n\n".join(segment))
         out = await asyncio.to_thread(

@@ -21,6 +21,7 @@ activities, a 2 s sticky queue timeout, the graceful shutdown and heartbeat inte
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -65,6 +66,9 @@ class DurableTurnsPlugin(SimplePlugin):
         self._hooks, self._tools, self._store = hooks, tools, store
         self._converter = data_converter_from_env()
         self._deps: Any = None
+        self.opened = asyncio.Event()
+        """Set once a worker's run has opened the store and the chunk stream: a worker that
+        waits for it before saying it is ready fails at start on an unreachable store."""
         super().__init__(
             PLUGIN_NAME,
             data_converter=self._data_converter,
@@ -183,8 +187,10 @@ class DurableTurnsPlugin(SimplePlugin):
             if deps.streams is not None:
                 await deps.streams.open()
             try:
+                self.opened.set()
                 yield
             finally:
+                self.opened.clear()
                 if deps.streams is not None:
                     await deps.streams.close()
         finally:
