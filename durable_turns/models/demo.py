@@ -272,7 +272,7 @@ class DemoProvider(ModelProvider):
         sources = step.get("sources", [])
         chunks += [SourcePart(id=f"src_{i}", **src) for i, src in enumerate(sources)]
         chunks += [RawChunk(value=v) for v in step.get("raw", [])]
-        text = _fill(_phrasing(step.get("text", ""), _turn_number()), fills)
+        text = _fill(_phrasing(step.get("text", "")), fills)
         repeat = max(1, min(int(step.get("repeat", 1)), MAX_REPEAT))
         chunks += [TextDelta(text=w) for w in _WORDS.findall(" ".join([text] * repeat))]
         for i, call in enumerate(step.get("tool_calls", [])):
@@ -347,10 +347,10 @@ def _turn_number() -> int:
     return int(numbers[-1]) if numbers else 0
 
 
-def _phrasing(text: Any, turn: int) -> str:
+def _phrasing(text: Any) -> str:
     """A step's text: itself, or of a list of phrasings the turn's (turn n: (n - 1) mod len)."""
     if isinstance(text, list):
-        return str(text[(max(turn, 1) - 1) % len(text)]) if text else ""
+        return str(text[(max(_turn_number(), 1) - 1) % len(text)]) if text else ""
     return str(text)
 
 
