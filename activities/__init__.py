@@ -26,7 +26,6 @@ def all_activities(deps: ActivityDeps) -> list[Callable[..., Any]]:
     finish = FinishActivities(deps)
     conversation = ConversationActivities(deps)
     return [
-        conversation.open_conversation,
         conversation.open_conversation_with_defaults,
         conversation.add_messages,
         intake_pause,

@@ -1,4 +1,5 @@
-"""``open_conversation``: where a conversation's turn numbering resumes; ``add_messages``:
+"""``open_conversation_with_defaults``: where a conversation's turn numbering resumes, and
+this worker's defaults for it; ``add_messages``:
 an ``addMessages`` request into the transcript; ``intake_pause``."""
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from durable_turns.activities.deps import ActivityDeps
 from durable_turns.contract import (
     ADD_MESSAGES,
     INTAKE_PAUSE,
-    OPEN_CONVERSATION,
     OPEN_CONVERSATION_WITH_DEFAULTS,
     ConversationOpened,
 )
@@ -20,14 +20,10 @@ class ConversationActivities:
     def __init__(self, deps: ActivityDeps) -> None:
         self.deps = deps
 
-    @activity.defn(name=OPEN_CONVERSATION)
-    async def open_conversation(self, conversation_id: str) -> int:
-        """The last turn number stored for a conversation (0 for a new one)."""
-        return await self.deps.store.last_turn_number(conversation_id)
-
     @activity.defn(name=OPEN_CONVERSATION_WITH_DEFAULTS)
     async def open_conversation_with_defaults(self, conversation_id: str) -> ConversationOpened:
-        """``open_conversation``, and this worker's defaults for the conversation (its
+        """The last turn number stored for a conversation (0 for a new one), and this
+        worker's defaults for the conversation (its
         ``TURNS_MESSAGE_CONCURRENCY``, ``TURNS_DEBOUNCE_MS``), recorded once per
         conversation and carried over continue-as-new."""
         settings = self.deps.settings

@@ -42,7 +42,7 @@ OPENAI_MODEL = "gpt-4o"
 USER_CHARS = 6000
 """≈1,500 tokens at 4 characters a token."""
 TOOL_OUTPUT = "5"
-"""What ``tests.support.tools.add`` returns for the simulator's ``{"a": 2, "b": 3}``."""
+"""What ``testkit.tools.add`` returns for the simulator's ``{"a": 2, "b": 3}``."""
 MCP_TOOL = "mcp__t__add"
 MCP_TOOL_OUTPUT = '{"sum": 5}'
 """What the test server's ``add`` returns for it, as the engine sends it to the model."""
@@ -112,8 +112,8 @@ async def run_engine(
     server.responder = sim
     queue = f"cache-{provider}-{uuid.uuid4().hex[:6]}"
     env = {
-        "TURNS_TOOLS": "tests.support.tools,tests.support.hooks",
-        "TURNS_HOOKS": "tests.support.hooks:RecordingHooks",
+        "TURNS_TOOLS": "testkit.tools,testkit.hooks",
+        "TURNS_HOOKS": "testkit.hooks:RecordingHooks",
         "ANTHROPIC_BASE_URL": server.base_url,
         "ANTHROPIC_API_KEY": "sk-ant-bench",
         "OPENAI_BASE_URL": server.openai_base_url,

@@ -59,9 +59,9 @@ QUERY_STATE = "state"
 
 # Activity names: the workflows schedule them by these strings and the activities register
 # under them, so both sides import them from here.
-OPEN_CONVERSATION = "open_conversation"
 OPEN_CONVERSATION_WITH_DEFAULTS = "open_conversation_with_defaults"
-"""``open_conversation``, plus the worker's defaults for a conversation (``ConversationOpened``)."""
+"""The conversation's last stored turn number, and the worker's defaults for it
+(``ConversationOpened``)."""
 BEGIN_TURN = "begin_turn"
 MODEL_STEP = "model_step"
 TOOL_CALL = "tool_call"

@@ -2,7 +2,11 @@
 
 It starts an embedded Temporal dev server (UI on :8233) and a worker, runs a conversation
 whose turn calls a tool and answers, prints the conversation and where to look at it, and
-stops everything again (or keeps it up with ``--keep``, until Ctrl-C). With
+stops everything again (or keeps it up with ``--keep``, until Ctrl-C, with the chat page
+beside it). With ``--keep`` and no model configured its worker runs ``demo:weather-paced``
+(:data:`~durable_turns.models.demo.PACED_MODEL`): the same script at reading pace, worded
+differently at each turn, so a person on the chat page sees a reply stream, can stop it,
+reload it mid-reply and regenerate it (the demo's own two turns take a few seconds more). With
 ``TEMPORAL_ADDRESS``, or a Temporal server already on the embedded port (another ``turns
 worker`` started it), it uses that server and leaves it running. It always ends: a turn it
 waits for is named every 15 s, and given up after 120 s.
@@ -21,10 +25,11 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from durable_turns.config import EMBEDDED_HOST, Settings
-from durable_turns.contract import TurnResult, turn_workflow_id
+from durable_turns.contract import DEFAULT_MODEL, TurnResult, turn_workflow_id
 from durable_turns.devserver import ServerStartError, http_answers, port_open, temporal_answers
 from durable_turns.errors import DemoError
 from durable_turns.messages import TextPart, ToolCallPart, ToolResultPart
+from durable_turns.models.demo import PACED_MODEL
 from durable_turns.store import open_store
 
 if TYPE_CHECKING:
@@ -59,14 +64,18 @@ async def _run_demo(settings: Settings, keep: bool) -> int:
     settings = await _choose_server(
         settings.with_overrides(task_queue=f"{settings.task_queue}-demo")
     )
+    if keep and settings.model == DEFAULT_MODEL:  # a person will watch: at reading pace
+        settings = settings.with_overrides(model=PACED_MODEL)
     conversation = f"demo-{uuid.uuid4().hex[:8]}"
     async with runtime.embedded_server_if_needed(settings) as server:
         client = await _connect(settings)
         await runtime.check_search_attributes(client, settings.namespace)
         async with runtime.running_worker(client, settings):
             turns = TurnsClient(client, settings.task_queue)
+            pace = " at reading pace, for the chat page" if settings.model == PACED_MODEL else ""
             print(
-                f"conversation {conversation}  (model {settings.model}: a scripted demo, not an LLM)\n"
+                f"conversation {conversation}  (model {settings.model}: a scripted demo, not"
+                f" an LLM{pace})\n"
             )
             store = open_store(settings.resolved_store_url)
             await store.open()

@@ -86,3 +86,54 @@ def test_the_demo_measures_each_message_once(monkeypatch: pytest.MonkeyPatch) ->
         demo, "system", [other]
     )
     assert dumps and dumps[0] is other
+
+
+async def test_the_paced_demo_streams_at_reading_pace_and_regenerates_in_other_words(
+    harness: Harness,
+) -> None:
+    """``demo:weather-paced`` (the chat page's demo, issue 34 item 5): the reply arrives word
+    by word over seconds, not at once, and a regeneration is worded differently."""
+    import time
+
+    from durable_turns.client import TurnsClient
+    from durable_turns.models.demo import PACED_DELAY_MS, PACED_MODEL
+    from durable_turns.streams import live_events
+
+    harness.start_worker()
+    client = TurnsClient(
+        harness.client,
+        harness.task_queue,
+        stream_url=f"sqlite:///{harness.tmp / 'data' / 'chunks.db'}",
+    )
+    conv = harness.conv("paced")
+    started = await client.start(conv, "What's the weather in Oslo?", model=PACED_MODEL)
+    seen: list[tuple[float, int, str]] = []  # (when read, step, text), as they arrive
+    async for event in client.chunks(conv, started.turn_number):
+        for e in live_events([event]):
+            if e.type == "chunk" and e.data["type"] == "text-delta":
+                seen.append((time.monotonic(), e.step or 0, e.data["text"]))
+    result = await client.result(conv, started)
+    assert result.status == "completed" and result.steps == 2  # it called get_weather
+    answer = [text for _, step, text in seen if step == 1]
+    assert len(answer) >= 40, "the answer streams word by word"
+    assert "".join(answer).strip() in result.text and "Oslo" in result.text
+    assert [step for _, step, _ in seen] == sorted(step for _, step, _ in seen)
+    # spread over time: read as it is written, at most ~PACED_DELAY_MS a word (a generous
+    # lower bound: half the words' pauses)
+    spread = seen[-1][0] - seen[0][0]
+    assert spread >= len(answer) * PACED_DELAY_MS / 1000 / 2, spread
+
+    again = await client.regenerate(conv)  # the last request's model: the paced demo
+    assert again.status == "completed" and again.turn_number == started.turn_number + 1
+    assert "Oslo" in again.text and again.text != result.text
+    third = await client.regenerate(conv)
+    assert len({result.text, again.text, third.text}) == 3, "three phrasings"
+    await client.aclose()
+
+
+def test_the_stock_demo_stays_instant_and_worded_the_same() -> None:
+    """What the tests and benchmarks run, ``demo:weather``, has no pause and one phrasing."""
+    from durable_turns.models.demo import BUILTIN_SCRIPTS
+
+    for step in BUILTIN_SCRIPTS["weather"]:
+        assert "delay_ms" not in step and isinstance(step["text"], str)

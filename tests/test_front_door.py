@@ -224,6 +224,8 @@ async def test_demo_keep_keeps_the_server_and_ui_until_ctrl_c(tmp_path: Path) ->
         messages = await asyncio.to_thread(http_json, f"{base}/api/chat/{chat}/messages")
         assert [m["role"] for m in messages] == ["user", "assistant"] * 2
         proc.send_signal(signal.SIGINT)
+        # the chat page's demo streams at reading pace (issue 34 item 5)
+        assert "(model demo:weather-paced: a scripted demo, not an LLM at reading pace" in text
         assert await asyncio.to_thread(proc.wait, 60) == 0, log.read_text()
     finally:
         if proc.poll() is None:

@@ -166,14 +166,36 @@ def imported_modules(folder: Path) -> dict[str, set[str]]:
     return found
 
 
+def named_modules(folder: Path, barred: set[str]) -> dict[str, list[str]]:
+    """``file -> module names under ``barred`` in its strings`` for every Python file under
+    ``folder``: names a worker or a subprocess imports at run time (``TURNS_TOOLS``,
+    ``TURNS_HOOKS``, ``python -m …``), which no import statement shows."""
+    pattern = re.compile(rf"(?<![\w.])(?:{'|'.join(map(re.escape, sorted(barred)))})\.[A-Za-z_]\w*")
+    found: dict[str, list[str]] = {}
+    for path in sorted(folder.rglob("*.py")):
+        names = [
+            match
+            for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            for match in pattern.findall(node.value)
+        ]
+        if names:
+            found[str(path.relative_to(ROOT))] = names
+    return found
+
+
 def test_bench_and_the_test_kit_import_nothing_from_the_tests() -> None:
-    """What both need lives in ``testkit/``; the tests may import it, never the reverse."""
+    """What both need lives in ``testkit/``; the tests may import it, never the reverse: no
+    import statement, and no module name in a string (a worker's ``TURNS_TOOLS``, say)."""
     for folder, barred in (("bench", {"tests"}), ("testkit", {"tests", "bench"})):
         modules = imported_modules(ROOT / folder)
         assert len(modules) > 5, folder
         strays = {path: sorted(tops & barred) for path, tops in modules.items() if tops & barred}
         assert strays == {}, folder
+        assert named_modules(ROOT / folder, barred) == {}, folder
     assert "testkit" in set().union(*imported_modules(ROOT / "bench").values())
+    # the scan sees what it looks for
+    assert named_modules(ROOT / "tests" / "support", {"tests"})["tests/support/hooks.py"]
 
 
 def test_turns_version_is_the_installed_distributions() -> None:

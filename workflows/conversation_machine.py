@@ -176,7 +176,7 @@ class Conversation:
     # --- the loop ----------------------------------------------------------------------
 
     def opened(self, opened: ConversationOpened) -> str:
-        """The store answered ``open_conversation``; the details to show."""
+        """The store answered ``open_conversation_with_defaults``; the details to show."""
         self.state.turn_count = opened.turn_count
         self.state.worker_concurrency = opened.message_concurrency
         self.state.worker_debounce_ms = opened.debounce_ms

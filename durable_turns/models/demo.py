@@ -1,6 +1,7 @@
 """The ``demo:`` provider: an offline, scripted stand-in. It is not a language model.
 
-``demo:<name>`` plays a built-in script (``weather``, ``parallel``, ``echo``) or, when the
+``demo:<name>`` plays a built-in script (``weather``, ``weather-paced``, ``parallel``, ``echo``)
+or, when the
 worker sets ``TURNS_DEMO_DIR``, the script file of that name in that folder (``demo:greet``
 or ``demo:greet.json`` for ``$TURNS_DEMO_DIR/greet.json``). Names with a path separator, and
 files over ``MAX_SCRIPT_BYTES``, are refused; nothing outside the folder is ever read, and a
@@ -8,7 +9,7 @@ missing file and a refused one get the same answer. A script is a list of steps 
 ``{"steps": [...]}``, or ``{"turns": [[...], [...]]}`` for one list per user turn). Each step
 may have:
 
-* ``text``: streamed word by word; ``{user}``, ``{tool_result}``, ``{tool_results}`` and
+* ``text``: streamed word by word (a list of texts: phrasings, see below); ``{user}``, ``{tool_result}``, ``{tool_results}`` and
   ``{city}`` are filled in, and ``{request.FIELD}`` with a field of the ``ModelRequest``
   (``{request.temperature}``, ``{request.system}``, ``{request.tools}`` (names),
   ``{request.message_count}``…; dicts and lists as JSON), so tests see what reached the model
@@ -29,7 +30,17 @@ may have:
 * ``usage``: ``{"input_tokens": ...}`` overrides the estimated usage
 
 Which step plays is the number of model steps already taken since the last user message,
-so a multi-step turn walks the script, and a continuation goes on where it stopped.
+so a multi-step turn walks the script, and a continuation goes on where it stopped. A
+``text`` that is a list holds phrasings of one reply: turn *n* of a conversation plays
+phrasing (n - 1) mod len, so the next turn, a regeneration too, words it differently. The
+turn's number is an input of the step, read from the model-step activity's workflow id
+(``<conversation>/turn-<n>``); outside an activity the first phrasing plays.
+
+``weather-paced`` is ``weather`` for a person watching the chat page (``turns demo --keep``
+serves it): replies of a few sentences in three phrasings, streamed at reading pace
+(:data:`PACED_DELAY_MS` before each word, about 20 words a second), so streaming, Stop, a
+reload mid-reply and Regenerate can be seen. ``weather`` stays instant: the tests and
+benchmarks run it.
 """
 
 from __future__ import annotations
@@ -42,6 +53,8 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+
+from temporalio import activity
 
 from durable_turns.contract import CONTINUE_PROMPT
 from durable_turns.messages import (
@@ -67,6 +80,12 @@ from durable_turns.models.base import (
     parse_tool_input,
 )
 
+PACED_DELAY_MS = 50
+"""``weather-paced``'s pause before each word: about 20 words a second, a reading pace."""
+
+PACED_MODEL = "demo:weather-paced"
+"""The model ``turns demo --keep`` gives its worker (and so the chat page), unless one is set."""
+
 BUILTIN_SCRIPTS: dict[str, list[dict[str, Any]]] = {
     "weather": [
         {
@@ -74,6 +93,35 @@ BUILTIN_SCRIPTS: dict[str, list[dict[str, Any]]] = {
             "tool_calls": [{"name": "get_weather", "input": {"city": "{city}"}}],
         },
         {"text": "Here is the forecast for {city}: {tool_result}."},
+    ],
+    "weather-paced": [
+        {
+            "text": [
+                "Let me check the weather in {city} with the get_weather tool.",
+                "One moment: I will ask the get_weather tool about {city}.",
+                "Looking up {city} with the demo's weather tool first.",
+            ],
+            "tool_calls": [{"name": "get_weather", "input": {"city": "{city}"}}],
+            "delay_ms": PACED_DELAY_MS,
+        },
+        {
+            "text": [
+                "Here is the forecast for {city}: {tool_result}. This reply comes from a"
+                " scripted demo, not a language model, and it streams word by word at reading"
+                " pace, so you can watch it arrive. Press Stop to end it mid-sentence, reload"
+                " the page to see it pick up where it was, or Regenerate to get the same"
+                " answer in other words.",
+                "The get_weather tool says {tool_result}. That call ran as an activity of this"
+                " turn's workflow, so a worker that dies now would not run it again: another"
+                " worker would finish this very reply. Try a reload while the words still"
+                " arrive, or Regenerate, and each new reply is worded differently.",
+                "{city}, according to the demo's weather tool: {tool_result}. Every word of this"
+                " reply travels from the worker through the chunk stream to this page, and the"
+                " transcript keeps it once the turn ends. Open the Temporal UI to see the"
+                " turn's workflow, its two model steps and its tool call.",
+            ],
+            "delay_ms": PACED_DELAY_MS,
+        },
     ],
     "parallel": [
         {
@@ -89,6 +137,7 @@ BUILTIN_SCRIPTS: dict[str, list[dict[str, Any]]] = {
 }
 
 _WORDS = re.compile(r"\S+\s*|\s+")
+_TURN = re.compile(r"/turn-(\d+)")
 _CITY = re.compile(r"\bin ([A-Z][\w-]*(?: [A-Z][\w-]*)*)")
 
 
@@ -223,7 +272,7 @@ class DemoProvider(ModelProvider):
         sources = step.get("sources", [])
         chunks += [SourcePart(id=f"src_{i}", **src) for i, src in enumerate(sources)]
         chunks += [RawChunk(value=v) for v in step.get("raw", [])]
-        text = _fill(step.get("text", ""), fills)
+        text = _fill(_phrasing(step.get("text", "")), fills)
         repeat = max(1, min(int(step.get("repeat", 1)), MAX_REPEAT))
         chunks += [TextDelta(text=w) for w in _WORDS.findall(" ".join([text] * repeat))]
         for i, call in enumerate(step.get("tool_calls", [])):
@@ -287,6 +336,22 @@ def _error(spec: dict[str, Any]) -> ProviderError:
         retry_after=spec.get("retry_after"),
         provider="demo",
     )
+
+
+def _turn_number() -> int:
+    """The number of the turn this step belongs to: the last ``/turn-<n>`` of the model-step
+    activity's workflow id (``<conversation>/turn-<n>``); 0 outside an activity."""
+    if not activity.in_activity():
+        return 0
+    numbers = _TURN.findall(activity.info().workflow_id or "")
+    return int(numbers[-1]) if numbers else 0
+
+
+def _phrasing(text: Any) -> str:
+    """A step's text: itself, or of a list of phrasings the turn's (turn n: (n - 1) mod len)."""
+    if isinstance(text, list):
+        return str(text[(max(_turn_number(), 1) - 1) % len(text)]) if text else ""
+    return str(text)
 
 
 def _is_real_user(message: Message) -> bool:
