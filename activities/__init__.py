@@ -29,6 +29,7 @@ def all_activities(deps: ActivityDeps) -> list[Callable[..., Any]]:
         conversation.open_conversation,
         conversation.open_conversation_with_defaults,
         conversation.add_messages,
+        conversation.mark_cancel,
         intake_pause,
         BeginActivities(deps).begin_turn,
         ModelStepActivities(deps).model_step,
