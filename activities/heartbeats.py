@@ -37,8 +37,9 @@ def worker_options(settings: Settings) -> dict[str, Any]:
     over (cancelled, then re-run in full elsewhere). A cancel reaches an activity only in the
     answer to a heartbeat, and the SDK sends at most one heartbeat per 0.8 × the heartbeat
     timeout (24 s at the default 30 s): ``cancel_check_ms`` caps that interval, so a model
-    step, which heartbeats twice as often while it streams, stops within about that long.
-    Activities that heartbeat rarely (hooks, tools: every timeout/4) send no more than before.
+    step that cannot watch a cancel mark (``streams.cancel``), which then heartbeats twice as
+    often while it streams, stops within about that long. Activities that heartbeat rarely
+    (hooks, tools, a conversation's model step: every timeout/4) send no more than before.
     """
     options: dict[str, Any] = {
         "graceful_shutdown_timeout": timedelta(seconds=settings.shutdown_grace_s),
