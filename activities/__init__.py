@@ -28,6 +28,7 @@ def all_activities(deps: ActivityDeps) -> list[Callable[..., Any]]:
     return [
         conversation.open_conversation_with_defaults,
         conversation.add_messages,
+        conversation.mark_cancel,
         intake_pause,
         BeginActivities(deps).begin_turn,
         ModelStepActivities(deps).model_step,

@@ -1,6 +1,7 @@
 """``open_conversation_with_defaults``: where a conversation's turn numbering resumes, and
-this worker's defaults for it; ``add_messages``:
-an ``addMessages`` request into the transcript; ``intake_pause``."""
+this worker's defaults for it; ``add_messages``: an ``addMessages`` request into the
+transcript; ``mark_cancel``: a cancelChat's mark for the running step (``streams.cancel``);
+``intake_pause``."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from durable_turns.activities.deps import ActivityDeps
 from durable_turns.contract import (
     ADD_MESSAGES,
     INTAKE_PAUSE,
+    MARK_CANCEL,
     OPEN_CONVERSATION_WITH_DEFAULTS,
     ConversationOpened,
 )
 from durable_turns.messages import Message
+from durable_turns.streams.cancel import mark_cancel
 
 
 class ConversationActivities:
@@ -38,6 +41,15 @@ class ConversationActivities:
         """Append messages to the transcript outside any turn; a message id already stored
         is left as it is (a retry, or the same note sent again)."""
         await self.deps.store.add_messages(conversation_id, messages)
+
+    @activity.defn(name=MARK_CANCEL)
+    async def mark_cancel(self, conversation_id: str, request_id: str) -> bool:
+        """The cancel mark that stops the request's running model step at its next look
+        (a local activity of the conversation, beside its cancel of the turn); False when
+        the chunk stream is off or keeps no marks."""
+        if self.deps.streams is None:
+            return False
+        return await mark_cancel(self.deps.streams, conversation_id, request_id)
 
 
 @activity.defn(name=INTAKE_PAUSE)

@@ -37,6 +37,7 @@ from durable_turns.store import (
 from durable_turns.store.base import owns
 from durable_turns.streams import ChunkPublisher, ChunkStreamBackend, StreamUnavailable
 from durable_turns.streams.base import StreamNotOwned
+from durable_turns.streams.cancel import CancelWatch
 from durable_turns.tools import ToolRegistry
 
 
@@ -62,6 +63,7 @@ class ActivityDeps:
     hooks, tools and settings with (None: these are the worker's own)."""
     lifecycle: Lifecycle = field(init=False)
     _agents: dict[str, ActivityDeps] = field(init=False, default_factory=dict)
+    _cancel_watch: CancelWatch | None = field(init=False, default=None)
     _session_lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
     _build_lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
     _built: set[str] = field(init=False, default_factory=set)
@@ -80,11 +82,28 @@ class ActivityDeps:
 
     @property
     def stream_beat_every(self) -> float:
-        """How often a streaming model step heartbeats: twice per ``cancel_check_ms``, so the
-        SDK always has one to send when its throttle lets the next through."""
-        if self.settings.cancel_check_ms <= 0:
+        """How often a streaming model step heartbeats. A step that watches its cancel mark
+        (``cancel_watch``) heartbeats for liveness only, as hooks and tools do; one that
+        cannot (no chunk stream, a sub-agent's or a directly started turn) learns of a cancel
+        from its heartbeats: twice per ``cancel_check_ms``, so the SDK always has one to send
+        when its throttle lets the next through."""
+        if self.settings.cancel_check_ms <= 0 or heartbeats.watched():
             return self.beat_every
         return min(self.beat_every, max(self.settings.cancel_check_ms / 2000, 0.05))
+
+    def cancel_watch(self, turn: TurnRef) -> CancelWatch | None:
+        """The worker's look-out for cancel marks (``streams.cancel``), for a step of a
+        conversation's turn (the marks name a conversation's request); None when the chunk
+        stream keeps no marks or ``cancel_check_ms`` is 0."""
+        streams = self.streams
+        if streams is None or not streams.keeps_marks or self.settings.cancel_check_ms <= 0:
+            return None
+        if not turn.by_conversation or turn.agent:
+            return None
+        root = self.root or self
+        if root._cancel_watch is None:
+            root._cancel_watch = CancelWatch(streams, self.settings.cancel_check_ms / 2000)
+        return root._cancel_watch
 
     def of(self, turn: TurnRef | str | None) -> ActivityDeps:
         """The dependencies a turn runs with: these, or (``TurnRef.agent``) its agent tool's:

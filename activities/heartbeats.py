@@ -12,7 +12,7 @@ import contextlib
 import contextvars
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -26,6 +26,7 @@ from temporalio.worker import (
 
 from durable_turns.config import Settings
 from durable_turns.contract import SHARE_KEY
+from durable_turns.streams.cancel import CancelWatch
 
 
 def worker_options(settings: Settings) -> dict[str, Any]:
@@ -36,8 +37,9 @@ def worker_options(settings: Settings) -> dict[str, Any]:
     over (cancelled, then re-run in full elsewhere). A cancel reaches an activity only in the
     answer to a heartbeat, and the SDK sends at most one heartbeat per 0.8 × the heartbeat
     timeout (24 s at the default 30 s): ``cancel_check_ms`` caps that interval, so a model
-    step, which heartbeats twice as often while it streams, stops within about that long.
-    Activities that heartbeat rarely (hooks, tools: every timeout/4) send no more than before.
+    step that cannot watch a cancel mark (``streams.cancel``), which then heartbeats twice as
+    often while it streams, stops within about that long. Activities that heartbeat rarely
+    (hooks, tools, a conversation's model step: every timeout/4) send no more than before.
     """
     options: dict[str, Any] = {
         "graceful_shutdown_timeout": timedelta(seconds=settings.shutdown_grace_s),
@@ -59,7 +61,8 @@ _RUNNING: Counter[str] = Counter()
 
 def share() -> dict[str, Any]:
     """What a heartbeat says of its worker: which process, and how many distinct turns have
-    an activity running on it. When the heartbeats stop, the workflow reads the last one
+    an activity running on it (and, added per activity, ``"beats"``: how many heartbeats it
+    has sent, which a ``describe`` of its workflow shows). When the heartbeats stop, the workflow reads the last one
     (``TimeoutError.last_heartbeat_details``) to weigh the death: a death shared with other
     turns, or of a worker that heartbeats again later, is not the turn's own
     (``workflows.options.crash_cost``)."""
@@ -90,8 +93,12 @@ class _CountingInbound(ActivityInboundInterceptor):
 
 
 class _SharingOutbound(ActivityOutboundInterceptor):
+    beats = 0
+    """This activity's heartbeats so far (each detail says how many: ``"beats"``)."""
+
     def heartbeat(self, *details: Any) -> None:
-        super().heartbeat(*details, share())
+        self.beats += 1
+        super().heartbeat(*details, {**share(), "beats": self.beats})
 
 
 _ATTEMPT: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar(
@@ -122,9 +129,54 @@ def failures(attempt_number: int) -> int:
     return failed if counted else attempt_number - 1
 
 
+_MARK: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar(
+    "durable_turns_cancel_mark", default=None
+)
+"""The running model step's cancel-mark state: None when it watches no mark, else ``[found]``."""
+
+
+@contextlib.contextmanager
+def stop_on_mark(watch: CancelWatch | None, key: str) -> Iterator[None]:
+    """While the block runs, the request's cancel mark (``streams.cancel``) cancels the
+    running activity's task as Temporal's cancellation would; :func:`cancelled_by_user` is
+    then true. Without a watch (no chunk stream), nothing: the step relies on heartbeats."""
+    if watch is None:
+        yield
+        return
+    task = asyncio.current_task()
+    assert task is not None
+    state = [False]
+
+    def found() -> None:
+        state[0] = True
+        task.cancel()
+
+    token = _MARK.set(state)
+    try:
+        with watch.watch(key, found):
+            yield
+    finally:
+        _MARK.reset(token)
+
+
+def watched() -> bool:
+    """Whether the running step watches a cancel mark: then its heartbeats are for liveness
+    only (a few per heartbeat timeout), not how a cancelChat reaches it."""
+    return _MARK.get() is not None
+
+
+def stopped_by_mark() -> bool:
+    """Whether the running step's cancel mark was found (the step is being cancelled)."""
+    state = _MARK.get()
+    return bool(state and state[0])
+
+
 def cancelled_by_user() -> bool:
     """Whether the running activity's cancellation was asked for by its workflow (cancelChat),
-    rather than caused by a worker shutdown, a heartbeat timeout or a lost server."""
+    or by its cancel mark, rather than caused by a worker shutdown, a heartbeat timeout or a
+    lost server."""
+    if stopped_by_mark():
+        return True
     details = activity.cancellation_details()
     return bool(
         details is not None

@@ -67,6 +67,7 @@ from durable_turns.messages import (
 from durable_turns.models import ModelProvider, ModelRequest, ProviderError
 from durable_turns.store import StepRecord, ToolCallRepair, TurnRecord
 from durable_turns.streams import ChunkPublisher, StreamUnavailable
+from durable_turns.streams.cancel import mark_key
 from durable_turns.tools import ToolRegistry
 from durable_turns.transforms import (
     UnknownTransform,
@@ -86,6 +87,21 @@ class ModelStepActivities:
         if (agent := self.deps.of(inp.turn)) is not self.deps:  # a sub-agent's turn
             return await ModelStepActivities(agent).model_step(inp)
         heartbeats.count_attempt(inp.attempt, inp.failures)
+        # A cancelChat reaches the step through its cancel mark in the chunk stream
+        # (streams.cancel); Temporal's cancellation, at the next heartbeat, is the fallback.
+        key = mark_key(inp.turn.conversation_id, inp.turn.request_id)
+        with heartbeats.stop_on_mark(self.deps.cancel_watch(inp.turn), key):
+            try:
+                return await self._model_step(inp)
+            except asyncio.CancelledError:
+                if not heartbeats.stopped_by_mark():
+                    raise
+                task = asyncio.current_task()
+                assert task is not None
+                task.uncancel()  # the mark's own cancel: the step ends, the turn aborts
+                return StepSummary(step=inp.step, outcome="stopped")
+
+    async def _model_step(self, inp: ModelStepInput) -> StepSummary:
         # Heartbeats from the first line: a slow before_step or on_step_finish, or a first
         # use of a provider (its SDK import), is a live worker, not a dead one; and a
         # cancelChat reaches the step before its stream starts too.
@@ -185,7 +201,7 @@ class ModelStepActivities:
                 # the step is re-run in full (a stored partial would become the reply).
                 _raise_if_shutting_down()
                 raise
-            if partial.parts:  # cancelChat: keep what was streamed so far
+            if partial.parts:  # cancelChat (or its mark): keep what was streamed so far
                 aborted = _record(inp.step, turn.run, model, partial)
                 aborted.raw_finish_reason = "aborted"
                 await self.deps.store.save_step(turn.turn_id, aborted, owner=turn.owner)

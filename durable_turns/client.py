@@ -11,6 +11,7 @@ Everything here is also reachable from any Temporal client by the wire names of
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -414,6 +415,11 @@ class TurnsClient:
         return list((await turn.query(QUERY_STATE))["pending_tool_calls"])
 
     async def cancel(self, conversation_id: str, request_id: str | None = None) -> None:
+        if request_id is not None and self.stream_url:  # its step stops at once (streams.cancel)
+            from durable_turns.streams.cancel import mark_cancel
+
+            with contextlib.suppress(Exception):  # a hint: the signal is the cancel
+                await mark_cancel(await self._stream_backend(), conversation_id, request_id)
         await self.conversation(conversation_id).signal(SIGNAL_CANCEL, {"request_id": request_id})
 
     async def state(self, conversation_id: str) -> ConversationState:

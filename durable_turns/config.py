@@ -207,8 +207,9 @@ class Settings:
     shutdown_grace_s: float = 10.0
     """TURNS_SHUTDOWN_GRACE_S: on SIGTERM, how long running activities may finish first."""
     cancel_check_ms: int = 500
-    """TURNS_CANCEL_CHECK_MS: how often a model step's heartbeat reaches the server, which is
-    how soon it learns of a cancelChat (one heartbeat RPC each; 0: the SDK's throttling)."""
+    """TURNS_CANCEL_CHECK_MS: how soon a model step learns of a cancelChat: each worker reads
+    the cancel marks of all its steps every half of it (``streams.cancel``); a step without a
+    mark (no chunk stream, a sub-agent's) heartbeats twice per it instead (0: neither)."""
     demo_dir: Path | None = None
     """TURNS_DEMO_DIR: the folder ``demo:<name>`` script files are read from (by name only);
     unset: only the built-in scripts."""

@@ -72,6 +72,9 @@ CHAT_RESPONSE = "chat_response"
 INTAKE_PAUSE = "intake_pause"
 ADD_MESSAGES = "add_messages"
 RELAY_AGENT = "relay_agent"
+MARK_CANCEL = "mark_cancel"
+"""A local activity of the conversation: the cancel mark that stops the running turn's model
+step at once (``streams.cancel``)."""
 """The activity that appends an ``addMessages`` request's messages to the transcript."""
 """A local activity that does nothing: the inbox schedules it to end one workflow activation
 between two rounds of parsing signals (a timer would wait the server's timer tick, ~1 s)."""
@@ -971,7 +974,8 @@ class StepSummary(Internal):
 
     step: int
     outcome: Literal["ok", "context_overflow", "stopped"] = "ok"
-    """``stopped``: ``on_chat_recovery`` returned ``"stop"``; the turn ends ``aborted``."""
+    """``stopped``: ``on_chat_recovery`` returned ``"stop"``, or the step found its request's
+    cancel mark (``streams.cancel``); the turn ends ``aborted``."""
     finish_reason: str = "stop"
     tool_calls: list[ToolCallRef] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)

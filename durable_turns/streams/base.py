@@ -37,7 +37,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, ClassVar, Final, Self
 
@@ -237,6 +237,10 @@ def visible_after(claim: StreamClaim | None, after: int, by_conversation: bool) 
 # --- the backend interface ---------------------------------------------------------------
 
 
+MARK_TTL_S: Final = 900.0
+"""How long a cancel mark is kept: it only has to outlive the wait between a cancelChat and
+the running step's next look (a fraction of a second), and a request id never runs twice."""
+
 WAKE_FALLBACK_POLL_S = 1.0
 """With wake-ups, how often a follower rereads anyway (a lost wake-up costs at most this)."""
 
@@ -329,6 +333,20 @@ class ChunkStreamBackend(abc.ABC):
         """Delete what was written longer ago than ``older_than_s``; return how many batches."""
         return 0
 
+    keeps_marks: ClassVar[bool] = False
+    """Whether ``mark_cancel`` keeps marks (a backend of another package may not)."""
+
+    async def mark_cancel(self, key: str) -> bool:
+        """Leave a cancel mark under ``key`` (``streams.cancel.mark_key``) for
+        :data:`MARK_TTL_S`: the model step of that request stops at its next look
+        (``streams.cancel.CancelWatch``). False: this backend keeps no marks."""
+        return False
+
+    async def cancel_marks(self, keys: Collection[str]) -> set[str]:
+        """Which of ``keys`` carry a cancel mark younger than :data:`MARK_TTL_S`: one round
+        trip for all of them (a worker looks for all its steps at once)."""
+        return set()
+
     def wakeups(
         self, stream_id: str
     ) -> contextlib.AbstractAsyncContextManager[asyncio.Event | None]:
@@ -393,12 +411,23 @@ class MemoryBackend(ChunkStreamBackend):
     _registry: ClassVar[dict[str, dict[str, list[StreamEvent]]]] = {}
     _claim_registry: ClassVar[dict[str, dict[str, StreamClaim]]] = {}
     _writer_registry: ClassVar[dict[str, dict[tuple[str, str], tuple[int, int]]]] = {}
+    _mark_registry: ClassVar[dict[str, dict[str, float]]] = {}
+    keeps_marks = True
 
     def __init__(self, name: str = "") -> None:
         self.name = name
         self._streams = self._registry.setdefault(name, {})
         self._claims = self._claim_registry.setdefault(name, {})
         self._writers = self._writer_registry.setdefault(name, {})
+        self._marks = self._mark_registry.setdefault(name, {})
+
+    async def mark_cancel(self, key: str) -> bool:
+        self._marks[key] = time.monotonic()
+        return True
+
+    async def cancel_marks(self, keys: Collection[str]) -> set[str]:
+        since = time.monotonic() - MARK_TTL_S
+        return {k for k in keys if self._marks.get(k, -math.inf) > since}
 
     async def append(
         self,

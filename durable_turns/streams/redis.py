@@ -30,7 +30,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -40,6 +40,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from durable_turns.streams.base import (
+    MARK_TTL_S,
     TURN_FINISH,
     ChunkStreamBackend,
     StreamClaim,
@@ -141,6 +142,8 @@ def _events(entry_id: bytes | str, fields: Mapping[Any, Any], after: int) -> lis
 class RedisStreamBackend(ChunkStreamBackend):
     """Per-turn Redis streams with TTL and approximate MAXLEN retention; many readers."""
 
+    keeps_marks = True
+
     def __init__(
         self,
         url: str = "redis://127.0.0.1:6379/0",
@@ -168,6 +171,10 @@ class RedisStreamBackend(ChunkStreamBackend):
 
     def writers_key(self, stream_id: str) -> str:
         return f"{self.prefix}{stream_id}:writers"
+
+    def mark_key(self, key: str) -> str:
+        """A cancel mark's key (no stream id holds a newline, so it is no stream's)."""
+        return f"{self.prefix}cancel\n{key}"
 
     async def open(self) -> None:
         # Every command is bounded: a blackholed link fails it after SOCKET_TIMEOUT_S
@@ -259,6 +266,17 @@ class RedisStreamBackend(ChunkStreamBackend):
                 break
             start = f"{_ms(entries[-1][0]) + 1}-0"
         return out if limit is None else out[:limit]
+
+    async def mark_cancel(self, key: str) -> bool:
+        await self.client.set(self.mark_key(key), b"1", ex=int(MARK_TTL_S))
+        return True
+
+    async def cancel_marks(self, keys: Collection[str]) -> set[str]:
+        wanted = list(keys)
+        if not wanted:
+            return set()
+        found: list[Any] = await self.client.mget([self.mark_key(k) for k in wanted])
+        return {k for k, v in zip(wanted, found, strict=True) if v is not None}
 
     async def last_offset(self, stream_id: str) -> int:
         top: Any = await self.client.xrevrange(self.key(stream_id), max="+", min="-", count=1)

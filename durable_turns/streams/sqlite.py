@@ -18,12 +18,13 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from durable_turns.sqlite_wal import SQLiteFile
 from durable_turns.streams.base import (
+    MARK_TTL_S,
     ChunkStreamBackend,
     StreamClaim,
     StreamEvent,
@@ -58,14 +59,20 @@ CREATE TABLE IF NOT EXISTS chunk_writers (
     last_offset INTEGER NOT NULL,
     PRIMARY KEY (stream_id, writer)
 );
+CREATE TABLE IF NOT EXISTS chunk_cancels (
+    mark TEXT PRIMARY KEY,
+    marked_at REAL NOT NULL
+);
 """
-"""``chunk_writers``: each writer's last batch number per stream (idempotent appends)."""
+"""``chunk_writers``: each writer's last batch number per stream (idempotent appends);
+``chunk_cancels``: cancel marks (``streams.cancel``), a row per cancelled request."""
 
 
 class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
     """Batches as rows ``(stream_id, first_offset, last_offset, body)``; readers are woken."""
 
     schema = SCHEMA
+    keeps_marks = True
 
     def __init__(self, path: str | Path) -> None:
         super().__init__(path)
@@ -189,6 +196,27 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
     async def claim(self, stream_id: str) -> StreamClaim | None:
         return await self._call(lambda conn: _claim(conn, stream_id), write=False)
 
+    async def mark_cancel(self, key: str) -> bool:
+        def mark(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT OR REPLACE INTO chunk_cancels (mark, marked_at) VALUES (?, ?)",
+                (key, time.time()),
+            )
+
+        await self._transaction(mark, write=True)
+        return True
+
+    async def cancel_marks(self, keys: Collection[str]) -> set[str]:
+        if not keys:
+            return set()
+        wanted = list(keys)
+        sql = (  # one indexed lookup per key, in one read
+            "SELECT mark FROM chunk_cancels WHERE marked_at > ? AND mark IN"
+            f" ({','.join('?' * len(wanted))})"
+        )
+        rows = await self._query(sql, (time.time() - MARK_TTL_S, *wanted))
+        return {row[0] for row in rows}
+
     async def delete(self, stream_id: str) -> None:
         def delete(conn: sqlite3.Connection) -> None:
             conn.execute("DELETE FROM chunk_batches WHERE stream_id = ?", (stream_id,))
@@ -221,6 +249,10 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         conn.execute(
             "DELETE FROM chunk_writers WHERE stream_id NOT IN"
             " (SELECT DISTINCT stream_id FROM chunk_batches)"
+        )
+        conn.execute(
+            "DELETE FROM chunk_cancels WHERE marked_at < ?",
+            (min(cutoff, time.time() - MARK_TTL_S),),
         )
         return cur.rowcount
 
