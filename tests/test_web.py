@@ -604,6 +604,7 @@ async def test_a_client_that_takes_nothing_is_let_go_and_costs_a_bounded_buffer(
 
     class Door:
         open_streams = 1
+        closing = asyncio.Event()  # (never set: the door is not shutting down)
 
         def release(self, principal: str | None) -> None:
             self.open_streams -= 1

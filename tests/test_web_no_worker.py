@@ -21,7 +21,7 @@ import pytest
 from durable_turns.errors import NoWorker
 from tests.support.harness import Harness
 from tests.support.probes import wait_until
-from tests.support.web import chat_body, sse_chunks, user_message
+from tests.support.web import browser, chat_body, needs_chromium, sse_chunks, user_message
 
 WORDS = 120
 SLOW = [{"text": "word", "repeat": WORDS, "delay_ms": 60}]
@@ -93,7 +93,6 @@ async def test_a_chat_without_a_worker_says_so_and_runs_when_one_comes(
         await asyncio.to_thread(harness.start_worker)
         assert await asyncio.wait_for(posted, 120) == 200
 
-
         async def healthy() -> bool:  # (the door reuses its look at the workers for 1 s)
             return (await http.get(f"{fd.url}/api/health")).status_code == 200
 
@@ -143,3 +142,55 @@ async def test_serve_on_sigterm_ends_its_streams_and_another_door_resumes(
     assert resumed[-1] == "[DONE]" and resumed[-2]["type"] == "finish"
     assert text_of(resumed) == " ".join(["word"] * WORDS)
     assert text_of(resumed).startswith(text_of(chunks)), "nothing the user saw changes"
+
+
+@needs_chromium
+async def test_the_page_says_waiting_for_a_worker_then_streams(harness: Harness, door: Any) -> None:
+    """Old page: "streaming" and a Stop button for as long as no worker came."""
+    fd = door()
+    chat = harness.conv("page-no-worker")
+    shown = asyncio.Event()
+
+    async def signal(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")  # the page says it shows the status
+        writer.write(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+        await writer.drain()
+        writer.close()
+        shown.set()
+
+    listener = await asyncio.start_server(signal, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    page = asyncio.create_task(
+        browser(
+            {
+                "url": f"{fd.url}/?chat={chat}",
+                "timeoutMs": 90000,
+                "steps": [
+                    {"do": "type", "text": "anyone there?"},
+                    {"do": "send"},
+                    {"do": "waitStatus", "is": "waiting for a worker"},
+                    {"do": "snapshot"},
+                    {
+                        "do": "evaluate",
+                        "js": f"fetch('http://127.0.0.1:{port}/', {{mode: 'no-cors'}})",
+                    },
+                    {"do": "waitStatus", "is": "ready"},
+                    {"do": "snapshot"},
+                ],
+            },
+            within=180,
+        )
+    )
+    try:
+        await asyncio.wait_for(shown.wait(), 120)
+        await asyncio.to_thread(harness.start_worker)
+        result = await page
+    finally:
+        listener.close()
+        page.cancel()
+    assert result["ok"], (result.get("error"), result.get("failedStep"), result.get("final"))
+    assert result["console"] == [], result["console"]
+    waiting, done = result["snapshots"]
+    assert waiting["status"] == "waiting for a worker"
+    replies = [m for m in done["messages"] if m["role"] == "assistant"]
+    assert len(replies) == 1 and replies[0]["text"] and not replies[0]["errors"], done
