@@ -46,6 +46,12 @@ async def read_stream(
             seen[kind].set()
 
 
+async def completed(harness: Harness, chat: str) -> bool:
+    """The conversation has recorded its turn as completed (a moment after the reply ends)."""
+    state = await harness.turns.state(chat)
+    return state.running is None and [r.status for r in state.recent] == ["completed"]
+
+
 async def test_a_chat_without_a_worker_says_so_and_runs_when_one_comes(
     harness: Harness, door: Any
 ) -> None:
@@ -105,8 +111,7 @@ async def test_a_chat_without_a_worker_says_so_and_runs_when_one_comes(
     starts = [c for c in chunks if isinstance(c, dict) and c["type"] == "start"]
     assert starts[-1]["messageId"] == f"{chat}/turn-1/assistant"
     assert text_of(chunks), "the reply streamed once a worker came"
-    state = await harness.turns.state(chat)
-    assert state.recent[-1].status == "completed" and state.running is None
+    await wait_until(lambda: completed(harness, chat))
 
 
 async def test_serve_on_sigterm_ends_its_streams_and_another_door_resumes(
@@ -194,3 +199,30 @@ async def test_the_page_says_waiting_for_a_worker_then_streams(harness: Harness,
     assert waiting["status"] == "waiting for a worker"
     replies = [m for m in done["messages"] if m["role"] == "assistant"]
     assert len(replies) == 1 and replies[0]["text"] and not replies[0]["errors"], done
+
+
+async def test_a_reply_whose_only_worker_died_says_waiting_then_finishes(
+    harness: Harness, door: Any
+) -> None:
+    """The worker's poller is still listed (for 80 s): the door sees the turn's retried
+    step waiting unstarted instead."""
+    worker = await asyncio.to_thread(harness.start_worker, TURNS_MODEL=harness.script(SLOW))
+    fd = door()
+    chat = harness.conv("web-worker-died")
+    chunks: list[Any] = []
+    seen = {"text-delta": asyncio.Event(), "data-waiting": asyncio.Event()}
+    async with httpx.AsyncClient(timeout=180) as http:
+        body = chat_body(chat, [user_message("go", "m1")])
+        async with http.stream("POST", f"{fd.url}/api/chat", json=body) as r:
+            assert r.status_code == 200
+            reading = asyncio.create_task(read_stream(r, chunks, seen))
+            await asyncio.wait_for(seen["text-delta"].wait(), 60)
+            worker.kill()
+            await asyncio.wait_for(seen["data-waiting"].wait(), 90)
+            waiting = next(c for c in chunks if isinstance(c, dict) and c["type"] == "data-waiting")
+            assert waiting["data"]["message"].startswith("waiting for a worker: turn "), waiting
+            await asyncio.to_thread(harness.start_worker, TURNS_MODEL=harness.script(SLOW))
+            await asyncio.wait_for(reading, 150)
+    kinds = [c["type"] if isinstance(c, dict) else c for c in chunks]
+    assert kinds[-2:] == ["finish", "[DONE]"], kinds[-6:]
+    await wait_until(lambda: completed(harness, chat))
