@@ -20,15 +20,14 @@ import contextlib
 import importlib
 import importlib.metadata
 import json
+import math
 import shlex
 import signal
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from temporalio.api.enums.v1 import TaskQueueKind, TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -44,7 +43,8 @@ from durable_turns.contract import (
     regenerate_problem,
 )
 from durable_turns.devserver import EmbeddedServer, ServerStartError, port_free, port_open
-from durable_turns.errors import DurableTurnsError
+from durable_turns.errors import DurableTurnsError, NoWorker
+from durable_turns.presence import pollers
 
 
 def _print_result(result: TurnResult) -> None:
@@ -154,14 +154,9 @@ async def _client(settings: Settings) -> TurnsClient:
 async def _pollers(
     client: TurnsClient, task_queue: str, kind: TaskQueueType.ValueType
 ) -> list[str]:
-    response = await client.client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=client.client.namespace,
-            task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
-            task_queue_type=kind,
-        )
-    )
-    return sorted({p.identity for p in response.pollers})
+    """The workers that polled ``task_queue`` recently (``presence.POLLER_FRESH_S``): the
+    server keeps listing a gone worker's poller for minutes."""
+    return await pollers(client.client, task_queue, kind)
 
 
 async def workers(client: TurnsClient) -> list[str]:
@@ -465,16 +460,18 @@ async def state(args: argparse.Namespace, settings: Settings) -> int:
         if e.status == RPCStatusCode.NOT_FOUND:
             return fail(_no_conversation(conversation, settings))
         raise
-    queue = described.task_queue
+    status = (described.status or WorkflowExecutionStatus.RUNNING).name.lower()
     no_worker = (
-        f"no worker polls task queue {queue!r} on {settings.address}, and a conversation's"
-        f" state is answered by its worker: start one with `turns worker` (conversation"
-        f" {conversation!r} is {(described.status or WorkflowExecutionStatus.RUNNING).name.lower()})"
+        f"waiting for a worker: no worker polls task queue {described.task_queue!r} on"
+        f" {settings.address}, and a conversation's state is answered by its worker: start one"
+        f" with `turns worker` (conversation {conversation!r} is {status})"
     )
-    if not await _pollers(client, queue, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW):
-        return fail(no_worker)  # the query would wait for one, then say "Timeout expired"
-    try:
+    if not await _pollers(client, described.task_queue, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW):
+        return fail(no_worker)  # the query would wait for one
+    try:  # a worker gone meanwhile, or a task unstarted: said in seconds (``TurnsClient.state``)
         current = await client.state(conversation)
+    except NoWorker as e:
+        return fail(f"{e} (conversation {conversation!r} is {status})")
     except RPCError as e:
         if e.status == RPCStatusCode.DEADLINE_EXCEEDED:  # the worker went away meanwhile
             return fail(no_worker)
@@ -612,7 +609,13 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
         return fail(f"port {args.port} on {args.host} is in use (choose another with --port)")
     app = create_app(settings, authenticate=authenticate)
     config = uvicorn.Config(
-        app, host=args.host, port=args.port, log_level="warning", lifespan="on", access_log=False
+        app,
+        host=args.host,
+        port=args.port,
+        log_level="warning",
+        lifespan="on",
+        access_log=False,
+        timeout_graceful_shutdown=math.ceil(settings.http_shutdown_grace_s),
     )
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())
@@ -623,8 +626,22 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
             f"front door on http://{args.host}:{args.port}/ (chat page; API under /api/chat)",
             flush=True,
         )
-    await serving
+    draining = asyncio.create_task(_drain_on_exit(server, app))
+    try:
+        await serving
+    finally:
+        draining.cancel()
     return 0 if server.started else 1
+
+
+async def _drain_on_exit(server: Any, app: Any) -> None:
+    """Once uvicorn is told to stop (SIGTERM, Ctrl-C), end every open stream at once with
+    ``data-resume`` (the browser resumes the reply elsewhere): uvicorn waits for open
+    responses, and a reply's stream would hold it for the reply's whole length. Requests
+    still in flight get ``TURNS_HTTP_SHUTDOWN_GRACE_S`` (uvicorn's graceful timeout)."""
+    while not server.should_exit:  # noqa: ASYNC110 (uvicorn sets a flag, no event)
+        await asyncio.sleep(0.05)
+    await app.state.drain()
 
 
 def _load_callable(spec: str) -> Any:

@@ -56,7 +56,9 @@ from durable_turns.contract import (
     turn_id,
     turn_workflow_id,
 )
+from durable_turns.errors import NoWorker
 from durable_turns.messages import Message, user_message
+from durable_turns.presence import TASK_WAIT_S, Workers, conversation_problem, workers
 
 if TYPE_CHECKING:
     from durable_turns.streams import ChunkStreamBackend, StreamEvent
@@ -423,9 +425,55 @@ class TurnsClient:
         await self.conversation(conversation_id).signal(SIGNAL_CANCEL, {"request_id": request_id})
 
     async def state(self, conversation_id: str) -> ConversationState:
-        return await self.conversation(conversation_id).query(
-            QUERY_STATE, result_type=ConversationState
+        """The conversation's ``state`` query. Only a worker answers it: when it has not
+        answered within ``STATE_PROBE_S``, the server is asked whether a worker is there
+        (``durable_turns.presence``), and again each ``STATE_PROBE_S`` while it waits; none
+        raises ``NoWorker`` (``waiting for a worker: …``) instead of waiting out the query."""
+        query = asyncio.ensure_future(
+            self.conversation(conversation_id).query(QUERY_STATE, result_type=ConversationState)
         )
+        try:
+            while True:
+                done, _ = await asyncio.wait({query}, timeout=STATE_PROBE_S)
+                if done:
+                    return query.result()
+                problem = await self.waiting_for_worker(conversation_id, wait_s=STATE_TASK_WAIT_S)
+                if problem:
+                    raise NoWorker(problem)
+        finally:
+            if not query.done():
+                query.cancel()
+                with contextlib.suppress(BaseException):
+                    await query
+
+    async def workers(self, task_queue: str | None = None) -> Workers:
+        """The workers polling ``task_queue`` (default: the client's) now: two
+        ``DescribeTaskQueue`` RPCs (``durable_turns.presence``)."""
+        return await workers(self.client, task_queue or self.task_queue)
+
+    async def waiting_for_worker(
+        self,
+        conversation_id: str,
+        turn_number: int | None = None,
+        known: Workers | None = None,
+        wait_s: float = TASK_WAIT_S,
+    ) -> str | None:
+        """``waiting for a worker: …`` when no worker runs the conversation now (none polls
+        its task queue, or its or its running turn's task waits unstarted), else None (also
+        when the server does not answer in time, or the conversation does not exist).
+        ``known``: the task queue's workers, asked for already; ``wait_s``: how long a
+        task must have waited unstarted to count."""
+        turns = [turn_workflow_id(conversation_id, turn_number)] if turn_number else []
+        try:
+            return await conversation_problem(
+                self.client,
+                check_conversation_id(conversation_id),
+                turn_ids=turns,
+                known=known,
+                wait_s=wait_s,
+            )
+        except RPCError:
+            return None
 
     async def wait(self, conversation_id: str, request_id: str, poll_s: float = 0.1) -> TurnResult:
         """The result of a submitted request, once its turn has run (see :meth:`result`)."""
@@ -446,6 +494,9 @@ class TurnsClient:
                 if e.status not in QUERY_RETRIED:
                     raise
                 await asyncio.sleep(poll_s)
+                continue
+            except NoWorker:  # the request runs once one comes
+                await asyncio.sleep(max(poll_s, STATE_PROBE_S))
                 continue
             records = [*state.recent, *([state.running] if state.running else [])]
             record = next((r for r in records if r.request_id == request_id), None)
@@ -491,6 +542,14 @@ class TurnsClient:
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
 
+
+STATE_PROBE_S = 0.5
+"""``state``: a query unanswered this long is checked against the workers (a query answers
+in milliseconds when a worker is there)."""
+
+STATE_TASK_WAIT_S = 10.0
+"""``state`` raises ``NoWorker`` for workers that poll only once a task of the conversation
+has waited this long unstarted (busy workers on a loaded machine take seconds)."""
 
 QUERY_RETRIED = frozenset(
     {RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED}

@@ -232,6 +232,10 @@ class Settings:
     http_max_streams_per_principal: int = 256
     """TURNS_HTTP_MAX_STREAMS_PER_PRINCIPAL: one principal's share of them (with
     authentication); past it, 503."""
+    http_shutdown_grace_s: float = 5.0
+    """TURNS_HTTP_SHUTDOWN_GRACE_S: on SIGTERM, ``turns serve`` ends its open streams at once
+    (``data-resume``: the browser resumes elsewhere) and gives requests still in flight this
+    long before it cancels them and exits."""
     user_loops: int = 32
     """TURNS_USER_LOOPS: the most event loops (each on its own thread) user ``async def``
     tools, hooks, ``on_chunk`` and stream transforms run on, one call per loop while there are
@@ -292,6 +296,7 @@ class Settings:
             http_max_streams_per_principal=int(
                 _env("TURNS_HTTP_MAX_STREAMS_PER_PRINCIPAL", "256") or 256
             ),
+            http_shutdown_grace_s=float(_env("TURNS_HTTP_SHUTDOWN_GRACE_S", "5") or 0),
             user_loops=int(_env("TURNS_USER_LOOPS", "32") or 0),
             workflow_sandbox=_on_off("TURNS_WORKFLOW_SANDBOX", False),
             message_concurrency=_env("TURNS_MESSAGE_CONCURRENCY") or None,
@@ -322,6 +327,8 @@ class Settings:
             raise ValueError(f"TURNS_DEBOUNCE_MS must be 0 to {MAX_DEBOUNCE_MS}")
         if not 0 <= self.crash_retries <= MAX_CRASH_RETRIES:
             raise ValueError(f"TURNS_CRASH_RETRIES must be between 0 and {MAX_CRASH_RETRIES}")
+        if not 0 <= self.http_shutdown_grace_s <= 600:
+            raise ValueError("TURNS_HTTP_SHUTDOWN_GRACE_S must be 0 to 600 (seconds)")
         if self.http_protocol not in (6, 7):
             raise ValueError("TURNS_HTTP_PROTOCOL must be 6 or 7 (the ai package's major version)")
 

@@ -224,6 +224,15 @@ class ServerStartError(DurableTurnsError, RuntimeError):
     line by the ``turns`` commands, never as a traceback."""
 
 
+class NoWorker(DurableTurnsError):
+    """Nothing runs the conversation now: no worker polls its task queue, or a task of it
+    waits unstarted (``TurnsClient.state`` says so at once instead of waiting for its query,
+    which only a worker answers). Its message starts with ``waiting for a worker``; the
+    request itself stays, and runs as soon as a worker comes."""
+
+    waiting_for = "worker"
+
+
 class DemoError(DurableTurnsError):
     """What stops the demo, said in one line (exit status 1)."""
 

@@ -144,9 +144,9 @@ async def test_state_without_a_worker_says_so_at_once(harness: Harness, tmp_path
     took = time.monotonic() - began
     assert out.returncode == 1, out
     assert out.stderr.strip().splitlines() == [
-        f"turns: no worker polls task queue {harness.task_queue!r} on {harness.address}, and a"
-        " conversation's state is answered by its worker: start one with `turns worker`"
-        f" (conversation {conversation!r} is running)"
+        f"turns: waiting for a worker: no worker polls task queue {harness.task_queue!r} on"
+        f" {harness.address}, and a conversation's state is answered by its worker: start one"
+        f" with `turns worker` (conversation {conversation!r} is running)"
     ]
     assert "Timeout expired" not in out.stderr and took < 15, took
 

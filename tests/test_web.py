@@ -321,6 +321,7 @@ async def test_bad_requests_get_a_typed_4xx_and_start_nothing(harness: Harness, 
         (chat_body(chat, [{"id": "m", "role": "system", "parts": [{"type": "text", "text": "x"}]}]), 400, "InvalidRequest"),
         (chat_body(chat, [user_message("x" * 300_000, "m")]), 413, "RequestTooLarge"),
         (chat_body(chat, [user_message("x", str(i)) for i in range(2001)]), 400, "InvalidRequest"),
+        (chat_body(chat, [user_message(" \n\t ", "m")]), 400, "EmptyMessage"),
         (chat_body(f"{chat}/turn-1", [user_message("x", "m")]), 400, "InvalidId"),
         (chat_body(chat, [user_message("x", "m")], metadata=[1]), 400, "InvalidRequest"),
         (chat_body(chat, [user_message("x", "m")], metadata={"x": "y" * 17_000}), 400, "InvalidRequest"),
@@ -340,6 +341,8 @@ async def test_bad_requests_get_a_typed_4xx_and_start_nothing(harness: Harness, 
                 r.text,
             )
             assert r.json()["error"]["type"] == code, r.text
+        r = await http.post(f"{fd.url}/api/chat", json=chat_body(chat, [user_message("  ", "e")]))
+        assert "empty" in r.json()["error"]["message"], r.text  # the engine's own words
         big = b'{"id":"x","messages":[],"pad":"' + b"x" * (5 * 1024 * 1024) + b'"}'
         r = await http.post(f"{fd.url}/api/chat", content=big, headers=JSON)
         assert r.status_code == 413
@@ -601,6 +604,7 @@ async def test_a_client_that_takes_nothing_is_let_go_and_costs_a_bounded_buffer(
 
     class Door:
         open_streams = 1
+        closing = asyncio.Event()  # (never set: the door is not shutting down)
 
         def release(self, principal: str | None) -> None:
             self.open_streams -= 1

@@ -22,6 +22,7 @@ import inspect
 import json
 import logging
 import re
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -52,7 +53,9 @@ from durable_turns.contract import (
     turn_id,
     turn_workflow_id,
 )
+from durable_turns.errors import EmptyMessage, NoWorker
 from durable_turns.messages import FilePart, Message, Part, TextPart
+from durable_turns.presence import describe, running_turns
 from durable_turns.store import TranscriptStore, open_store
 from durable_turns.streams import (
     TOOL_RESULT,
@@ -62,7 +65,7 @@ from durable_turns.streams import (
     StreamEvent,
 )
 from durable_turns.streams.hub import StreamHub
-from durable_turns.web import protocol
+from durable_turns.web import protocol, watch
 from durable_turns.web.auth import (
     Authenticate,
     Unauthorized,
@@ -98,8 +101,8 @@ QUEUE_FRAMES = 64
 QUEUED_GRACE_S = 0.5
 """A message that waits its turn behind a running reply (another tab's): the door waits this
 long for a prompt refusal (a full queue: 429), then answers at once (headers, ``start``,
-``data-queued``, keep-alive comments) and streams the reply when its turn starts."""
-"""Frames buffered per response: past it the reader waits for the client (backpressure)."""
+``data-queued``, keep-alive comments) and streams the reply when its turn starts. The same
+when no worker runs the chat (``data-waiting``): the reply streams once one comes."""
 
 ERROR_STATUS = {
     "QueueFull": 429,
@@ -111,6 +114,9 @@ ERROR_STATUS = {
     "MessageIdConflict": 400,
     "NothingToRegenerate": 400,
 }
+
+WAITING = "waiting"
+"""A door-made event in a reply's events: no worker runs the turn (``data``: ``message``)."""
 
 
 @dataclass
@@ -130,6 +136,19 @@ class FrontDoor:
     queued: set[asyncio.Future[RequestRecord]] = field(default_factory=set)
     """Requests sent that wait their turn: held here until their turn starts, whether or
     not their response is still open (the request stays queued either way)."""
+    watcher: watch.WorkerWatch | None = None
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set at shutdown: every open response ends at once with ``data-resume``."""
+
+    def __post_init__(self) -> None:
+        if self.watcher is None:
+            self.watcher = watch.WorkerWatch(self.client)
+
+    @property
+    def workers(self) -> watch.WorkerWatch:
+        """Whether workers run the chats (``data-waiting``, ``/api/health``)."""
+        assert self.watcher is not None
+        return self.watcher
 
     def reserve(self, principal: str | None) -> None:
         """Count an open stream; past the process's bound, or one principal's share of it,
@@ -189,18 +208,18 @@ class FrontDoor:
         if last.role != "user":
             raise BadRequest(400, "InvalidRequest", "the last message must be a user message")
         message, request_id = engine_message(last)
-        record = await self._start(
+        record, waiting = await self._start(
             conv,
             request_id,
             self.client.start(
                 conv, [message], body=body, model=model, request_id=request_id, metadata=metadata
             ),
         )
-        return Reply.of(conv, record)
+        return Reply.of(conv, record, waiting)
 
     async def _start(
         self, conv: str, request_id: str, start: Awaitable[RequestRecord]
-    ) -> RequestRecord | asyncio.Future[RequestRecord]:
+    ) -> tuple[RequestRecord | asyncio.Future[RequestRecord], str | None]:
         """Start a request's turn (``start``: the update), unless the running reply waits
         for the browser (an approval, a client tool): a new message would then queue behind
         a turn that waits on this very browser, so it is 409 and nothing is queued. Checked
@@ -209,7 +228,9 @@ class FrontDoor:
         The update returns once the request's turn starts: behind a running reply (another
         tab's) that is when that reply ends. Then, after ``QUEUED_GRACE_S`` without an
         answer, the future of the record is returned, for the response to answer at once and
-        stream the reply when it starts."""
+        stream the reply when it starts. Also when nothing queues it but no worker answers
+        within that grace (``waiting for a worker: …``, the second of the pair): the reply
+        streams once a worker comes."""
         waits_on, busy = await self._waits_on(conv, request_id)
         if waits_on:
             if inspect.iscoroutine(start):
@@ -220,16 +241,17 @@ class FrontDoor:
                 f"the reply waits for the browser's answer ({waits_on}): answer it, or stop"
                 " the turn (POST /api/chat/{id}/stop), before sending a new message",
             )
-        if not busy:
-            record: RequestRecord = await self._call(start)
-            return record
         sent = asyncio.ensure_future(self._call(start))
         await asyncio.wait({sent}, timeout=QUEUED_GRACE_S)
         if sent.done():
-            return sent.result()  # (a prompt refusal raises here: a 4xx)
+            return sent.result(), None  # (a prompt refusal raises here: a 4xx)
+        waiting = await self.workers.problem(conv)
+        if not busy and waiting is None:
+            record: RequestRecord = await sent  # a worker runs it: its answer, as it comes
+            return record, None
         self.queued.add(sent)
         sent.add_done_callback(self.queued.discard)
-        return sent
+        return sent, waiting
 
     async def _waits_on(self, conv: str, request_id: str) -> tuple[str, bool]:
         """The tools the running turn waits on the client for (``""``: none), unless that
@@ -264,7 +286,7 @@ class FrontDoor:
         if not target.startswith(f"{conv}/turn-"):
             raise BadRequest(400, "InvalidRequest", "messageId is not a reply of this chat")
         request_id = "ui-regenerate-" + hashlib.sha256(target.encode()).hexdigest()[:24]
-        record = await self._start(
+        record, waiting = await self._start(
             conv,
             request_id,
             self.client.start_regenerate(
@@ -276,7 +298,7 @@ class FrontDoor:
                 metadata=metadata,
             ),
         )
-        return Reply.of(conv, record)
+        return Reply.of(conv, record, waiting)
 
     async def _last_reply(self, conv: str) -> str:
         """The id of the chat's last reply: a regenerate names it (``"last"`` would make
@@ -345,6 +367,10 @@ class FrontDoor:
             return await call
         except InvalidId as e:
             raise BadRequest(400, "InvalidId", str(e)) from None
+        except EmptyMessage as e:
+            raise BadRequest(400, "EmptyMessage", str(e)) from None
+        except NoWorker as e:
+            raise BadRequest(503, "NoWorker", str(e)) from None
         except WorkflowUpdateRPCTimeoutOrCancelledError:
             raise BadRequest(
                 503, "TemporalUnavailable", "the request was not answered in time (no worker?)"
@@ -366,14 +392,23 @@ class FrontDoor:
     # --- reading replies ----------------------------------------------------------------
 
     async def running_reply(self, conv: str) -> Reply | None:
-        """The reply the conversation is producing now (its first turn), or None."""
-        state = await self.state(conv)
-        running = state.running if state else None
-        if running is None or running.turn_number is None:
-            return None
-        head = running.turn_number
-        if running.kind == "continue" and head > 1:  # (its own record may not be stored yet)
-            head -= 1
+        """The reply the conversation is producing now (its first turn), or None. Without a
+        worker (no ``state``), the running turn is the conversation's pending child
+        workflow, as the server describes it; none: 503 ``NoWorker``."""
+        try:
+            state = await self.state(conv, worker=True)
+        except NoWorker as e:
+            number = await self._running_turn(conv)
+            if number is None:
+                raise BadRequest(503, "NoWorker", str(e)) from None
+            head = number
+        else:
+            running = state.running if state else None
+            if running is None or running.turn_number is None:
+                return None
+            head = running.turn_number
+            if running.kind == "continue" and head > 1:  # (its own record may not be stored)
+                head -= 1
         while head > 1:  # a continuation carries on the reply of the turn before it
             record = await self.store.get_turn(turn_id(conv, head))
             if record is None or not record.continuation:
@@ -381,13 +416,29 @@ class FrontDoor:
             head -= 1
         return Reply(conv, head, protocol.assistant_id(conv, head))
 
-    async def state(self, conv: str) -> ConversationState | None:
+    async def state(self, conv: str, worker: bool = False) -> ConversationState | None:
+        """The conversation's state (None: no such conversation). Without a worker to answer
+        it, 503 ``NoWorker``, or ``NoWorker`` itself when ``worker``."""
         try:
             return await self.client.state(conv)
         except RPCError as e:
             if e.status == RPCStatusCode.NOT_FOUND:
                 return None
             raise BadRequest(503, "TemporalUnavailable", e.message) from None
+        except NoWorker as e:
+            if worker:
+                raise
+            raise BadRequest(503, "NoWorker", str(e)) from None
+
+    async def _running_turn(self, conv: str) -> int | None:
+        """The number of the conversation's running turn (its pending child), from the
+        server's description of it; None when it runs none (or is not known)."""
+        try:
+            described = await describe(self.client.client, conv)
+        except RPCError:
+            return None
+        numbers = [int(m.group(1)) for w in running_turns(described) if (m := _TURN.search(w))]
+        return max(numbers, default=None)
 
     async def read_chain(self, conv: str, head: int) -> list[tuple[int, StreamEvent]]:
         """What a reply's turns have streamed so far, without following."""
@@ -414,15 +465,31 @@ class FrontDoor:
                         nxt = _next_turn(ev)
                         break
                 else:
+                    heard = looked = alive_at = time.monotonic()
+                    shown: str | None = None  # why it waits, as the client was told
                     while True:
                         finished = False
-                        async for ev in sub.live(idle_timeout=LIVENESS_CHECK_S):
-                            cursor = ev.offset
+                        async for ev in sub.live(idle_timeout=watch.WORKER_CHECK_S):
+                            cursor, heard, shown = ev.offset, time.monotonic(), None
                             yield turn, ev
                             if ev.type == TURN_FINISH:
                                 nxt, finished = _next_turn(ev), True
                         if finished:
                             break
+                        # quiet: do workers poll (cached)? now and then, the turn's own tasks
+                        now = time.monotonic()
+                        deep = now - max(heard, looked) >= watch.TASK_CHECK_S
+                        looked = now if deep else looked
+                        waiting = await self._waiting(conv, turn, deep)
+                        if waiting and waiting != shown:
+                            shown = waiting
+                            yield (
+                                turn,
+                                StreamEvent(offset=cursor, type=WAITING, data={"message": waiting}),
+                            )
+                        if now - max(heard, alive_at) < LIVENESS_CHECK_S:
+                            continue
+                        alive_at = now
                         if not await self._turn_alive(conv, turn):
                             yield (
                                 turn,
@@ -440,6 +507,14 @@ class FrontDoor:
                             break
             turn = nxt
 
+    async def _waiting(self, conv: str, turn: int, deep: bool) -> str | None:
+        """``waiting for a worker: …`` when no worker polls the task queue (the door's cached
+        answer); ``deep``: or when the turn's task waits unstarted (one or two describes)."""
+        if deep:
+            return await self.workers.problem(conv, turn)
+        known = await self.workers.workers()
+        return known.problem() if known is not None else None
+
     async def _turn_alive(self, conv: str, turn: int) -> bool:
         try:
             handle = self.client.client.get_workflow_handle(turn_workflow_id(conv, turn))
@@ -455,15 +530,25 @@ class FrontDoor:
         ``start`` with the reply's id and the reply."""
         if reply.pending is not None:
             yield protocol.frame({"type": "start"})
-            yield protocol.frame(
-                {
-                    "type": "data-queued",
-                    "transient": True,
-                    "data": {"reason": "another reply of this chat is running"},
-                }
-            )
+            if reply.waiting:
+                yield protocol.frame(watch.waiting_chunk(reply.waiting))
+            else:
+                yield protocol.frame(
+                    {
+                        "type": "data-queued",
+                        "transient": True,
+                        "data": {"reason": "another reply of this chat is running"},
+                    }
+                )
             # shielded: a closed response leaves the request queued, as it is in the engine
-            reply = Reply.of(reply.conversation_id, await asyncio.shield(reply.pending))
+            pending = asyncio.shield(reply.pending)
+            shown = reply.waiting
+            while not (await asyncio.wait({pending}, timeout=watch.WORKER_CHECK_S))[0]:
+                waiting = await self.workers.problem(reply.conversation_id)
+                if waiting and waiting != shown:
+                    yield protocol.frame(watch.waiting_chunk(waiting))
+                shown = waiting or shown
+            reply = Reply.of(reply.conversation_id, pending.result())
         ui = protocol.UIMessageStream(reply.message_id, reset_step=reset_step)
         yield protocol.frame(ui.start())
         if reply.ended is not None:
@@ -480,6 +565,9 @@ class FrontDoor:
             str(e.data.get("tool_call_id")) for _, e in chain if e.type == TOOL_RESULT
         }
         async for turn, ev in self.events(reply.conversation_id, reply.head):
+            if ev.type == WAITING:  # the door's own: no worker runs the turn now
+                yield protocol.frame(watch.waiting_chunk(ev.data.get("message")))
+                continue
             if turn != current:
                 ui.begin_turn(turn)
                 current = turn
@@ -522,12 +610,19 @@ class Reply:
     pending: asyncio.Future[RequestRecord] | None = None
     """The request waits its turn: its record once the turn starts (``head`` and
     ``message_id`` are not known before)."""
+    waiting: str | None = None
+    """It waits for a worker (``waiting for a worker: …``), not behind another reply."""
 
     @classmethod
-    def of(cls, conv: str, record: RequestRecord | asyncio.Future[RequestRecord]) -> Reply:
+    def of(
+        cls,
+        conv: str,
+        record: RequestRecord | asyncio.Future[RequestRecord],
+        waiting: str | None = None,
+    ) -> Reply:
         """The reply a request's record names (or will, once its turn starts)."""
         if isinstance(record, asyncio.Future):
-            return cls(conv, 0, "", pending=record)
+            return cls(conv, 0, "", pending=record, waiting=waiting)
         if record.turn_number is None:  # cancelled before it ran
             return cls(conv, 0, protocol.assistant_id(conv, 0), ended=record.status)
         return cls(conv, record.turn_number, protocol.assistant_id(conv, record.turn_number))
@@ -537,6 +632,9 @@ def _next_turn(ev: StreamEvent) -> int | None:
     value = ev.data.get("continued_by_turn")
     return value if isinstance(value, int) else None
 
+
+_TURN = re.compile(r"/turn-([0-9]+)(?:~[^/]*)?\Z")
+"""A turn's workflow id's end (``<conversation>/turn-<n>``, maybe ``~<suffix>``)."""
 
 _REPLY_ID = re.compile(r"/turn-([0-9]+)/assistant\Z")
 
@@ -730,7 +828,11 @@ def create_app(
     async def stop(chat_id: str, request: Request) -> Any:
         it = await opened()
         conv = it.conversation(await it.principal(request.headers), chat_id)
-        state = await it.state(conv)
+        try:
+            state = await it.state(conv, worker=True)
+        except NoWorker as e:  # the signal waits for a worker, as what it cancels does
+            await it._call(it.client.cancel(conv, None))
+            return JSONResponse({"stopped": True, "request_id": None, "waiting": str(e)})
         running = state.running if state else None
         if running is None:
             return JSONResponse({"stopped": False, "reason": "no turn is running"})
@@ -746,10 +848,25 @@ def create_app(
 
     @app.get("/api/health")
     async def health() -> Any:
+        """200 when Temporal answers and workers poll the task queue, else 503; either way
+        the JSON says which (``docs/web.md``)."""
         it = await opened()
-        return JSONResponse(
-            {"ok": True, "open_streams": it.open_streams, "streams_followed": it.hub.followed}
-        )
+        ok, body = await it.workers.health()
+        body = {
+            "ok": ok,
+            **body,
+            "open_streams": it.open_streams,
+            "streams_followed": it.hub.followed,
+            "closing": it.closing.is_set(),
+        }
+        return JSONResponse(body, status_code=200 if ok and not it.closing.is_set() else 503)
+
+    async def drain() -> None:
+        """Shutdown's first step: every open response ends now with ``data-resume``."""
+        if "it" in door:
+            door["it"].closing.set()
+
+    app.state.drain = drain
 
     public.update({page, health})
 
@@ -946,6 +1063,7 @@ class EventStream(Response):
 
         producer = asyncio.create_task(produce())
         watcher = asyncio.create_task(disconnected())
+        closing = asyncio.create_task(self.door.closing.wait())
         try:
             await send(
                 {
@@ -957,11 +1075,27 @@ class EventStream(Response):
             while True:
                 getter = asyncio.ensure_future(queue.get())
                 done, _ = await asyncio.wait(
-                    {getter, watcher}, timeout=KEEPALIVE_S, return_when=asyncio.FIRST_COMPLETED
+                    {getter, watcher, closing},
+                    timeout=KEEPALIVE_S,
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
                 if watcher in done:
                     getter.cancel()
                     return
+                if closing in done and getter not in done:
+                    # the door shuts down: the client resumes the reply elsewhere (no [DONE])
+                    getter.cancel()
+                    await asyncio.wait_for(
+                        send(
+                            {
+                                "type": "http.response.body",
+                                "body": protocol.frame(watch.resume_chunk()),
+                                "more_body": True,
+                            }
+                        ),
+                        WRITE_TIMEOUT_S,
+                    )
+                    break
                 if getter not in done:
                     getter.cancel()
                     data: bytes | None = protocol.KEEPALIVE
@@ -992,9 +1126,9 @@ class EventStream(Response):
             pass  # a slow or gone client: its reply can be resumed
         finally:
             self.door.release(self.principal)
-            for task in (producer, watcher):
+            for task in (producer, watcher, closing):
                 task.cancel()
-            for task in (producer, watcher):
+            for task in (producer, watcher, closing):
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(task, 5)
             with contextlib.suppress(BaseException):  # lets the stream's hub entry go
