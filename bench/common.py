@@ -235,8 +235,11 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def temporal_server(tmp: Path) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-    """A fresh embedded dev server (own data dir, free port, no UI): (address, its config)."""
+async def temporal_server(
+    tmp: Path, metrics_port: int | None = None
+) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+    """A fresh embedded dev server (own data dir, free port, no UI): (address, its config).
+    ``metrics_port``: where it serves its Prometheus ``/metrics`` (else a random port)."""
     from durable_turns.devserver import (
         FAST_DYNAMIC_CONFIG,
         SQLITE_PRAGMAS,
@@ -245,7 +248,12 @@ async def temporal_server(tmp: Path) -> AsyncIterator[tuple[str, dict[str, Any]]
         temporal_binary,
     )
 
-    server = EmbeddedServer(tmp / "temporal", port=free_port(), ui=False)
+    class Server(EmbeddedServer):
+        def _spawn(self, cmd: list[str]) -> Any:
+            extra = ["--metrics-port", str(metrics_port)] if metrics_port else []
+            return super()._spawn([*cmd, *extra])
+
+    server = Server(tmp / "temporal", port=free_port(), ui=False)
     await server.start(timeout_s=60)
     probe = await asyncio.create_subprocess_exec(
         temporal_binary(), "--version", stdout=asyncio.subprocess.PIPE
@@ -258,6 +266,7 @@ async def temporal_server(tmp: Path) -> AsyncIterator[tuple[str, dict[str, Any]]
         "sqlite_pragmas": list(SQLITE_PRAGMAS),
         "args": dev_server_args(),
         "pid": server.process.pid if server.process else None,
+        **({"metrics_port": metrics_port} if metrics_port else {}),
     }
     try:
         yield server.address, config

@@ -182,9 +182,12 @@ def is_delta(peer: str, event: dict[str, Any]) -> bool:
     )
 
 
-async def peer_turn(client: Any, peer: str, queue: str, clock: Clock, poll: float) -> Marks:
-    """Start the peer's workflow, follow its stream to the turn's last event, untimed: the
-    acknowledgement (pydantic-ai) and the run's result."""
+async def peer_turn(
+    client: Any, peer: str, queue: str, clock: Clock, poll: float, responses: int = 3
+) -> Marks:
+    """Start the peer's workflow, follow its stream to the turn's last event (openai-agents:
+    its ``responses``-th response), untimed: the acknowledgement (pydantic-ai) and the run's
+    result."""
     from datetime import timedelta
 
     from temporalio.contrib.workflow_streams import WorkflowStreamClient
@@ -203,14 +206,14 @@ async def peer_turn(client: Any, peer: str, queue: str, clock: Clock, poll: floa
             if is_delta(peer, event):
                 clock.mark()
             completed += event.get("type") == "response.completed"
-            if completed == 3 or "drain_token" in event:
+            if completed == responses or "drain_token" in event:
                 drain = event.get("drain_token")
                 break
     marks = clock.end()
     if drain is not None:
         await handle.signal(DRAINED, drain)
     await handle.result()
-    if completed != 3 and drain is None:
+    if completed != responses and drain is None:
         raise RuntimeError(f"{peer}: the stream ended before the turn's last event")
     return marks
 

@@ -1,0 +1,418 @@
+"""What streaming costs: worker and server CPU per token, heartbeats per long step, and
+Temporal Cloud's billable actions per turn, in one run against a dev server of its own.
+
+    python -m bench.cost [--tokens 1000] [--turns 6] [--rounds 3] [--long-step-s 20]
+                         [--action-turns 2] [--no-peers]
+
+The model is the replay server (``testkit/llm_server.py``, a process of its own) at a real
+model's pace: the first token 400 ms after the request, then 60 tokens a second, each token
+one Anthropic text delta. Four systems, each a process of its own:
+
+* **the direct SDK loop** (the floor): ``AsyncAnthropic.messages.create(stream=True)``, the
+  raw stream the engine's provider reads too, iterated to its end (``python -m bench.cost
+  floor``, no Temporal);
+* **durable-turns, default hooks** and **durable-turns, a user ``on_chunk``**
+  (``bench.cost_hooks.CountChunks``): ``python worker.py`` each, its own task queue, SQLite
+  store and chunk stream; the client starts a next turn on each of ``--turns`` warm
+  conversations at once (``TurnsClient.start``), follows its chunks to ``turn-finish`` and
+  awaits its result.
+
+**CPU per token**: per round, each system streams ``--turns`` × ``--tokens`` tokens at once;
+the user + system CPU of its process (``/proc``) over that time, minus the process's idle
+CPU over the same wall time, ÷ the tokens. A process's idle rate is the median of its rates
+while the others ran (the workers' and the server's during the floor's rounds, where no
+turn runs). The dev server's CPU over the engine's rounds, minus its idle, ÷ tokens, beside
+the worker's. Medians over ``--rounds`` rounds, the order rotating.
+
+**Heartbeats per long step**: one turn whose one step streams for ``--long-step-s`` seconds,
+on the default worker, then on a worker whose steps cannot watch a cancel mark
+(``TURNS_CHUNK_STREAM_URL=none``: the heartbeat scheme every step used before cancel marks).
+Counted as the server's ``RecordActivityTaskHeartbeat`` requests (``service_requests``
+metric) over the turn, and as the last ``beats`` detail ``describe`` showed while it ran.
+
+**Billable actions per turn**: a 1-step and a 3-step paced turn (``get_weather`` twice, then
+text) on a warm conversation, ``--action-turns`` each: the events the turn added to the
+conversation's history and the turn's whole history, counted by ``bench.actions.RULES``,
+plus heartbeats and queries from the request metrics; the server's own ``action`` counter
+over the same turn beside it. The peers (``bench.stream_peers``' workflows, each in a worker
+of the peers' venv, at their defaults) the same way, unless ``--no-peers``. Writes
+``bench/results/cost.md`` and ``.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from bench import actions
+from bench.common import (
+    ROOT,
+    Row,
+    WorkerProcess,
+    cpu_seconds,
+    free_port,
+    loadavg,
+    median,
+    render_text,
+    run_meta,
+    start_engine_worker,
+    temporal_server,
+    write_results,
+)
+from bench.cost_run import (
+    Ctx,
+    Engine,
+    action_rows,
+    cpu_rows,
+    heartbeat_rows,
+    measure_actions,
+    measure_heartbeats,
+    paced,
+    peer_actions,
+)
+from bench.scale import TOKEN
+
+MODEL = "claude-sonnet-4-5"
+TOKENS_PER_S = 60.0
+TARGETS = {"worker": 2.0, "server": 0.2}
+"""Issue 36: worker CPU per token ≤ 2× the direct SDK loop's; the server's ≤ 0.2× the
+worker's."""
+FLOOR_READY = "cost floor ready"
+
+
+class Mock:
+    """``python -m testkit.llm_server`` as a process of its own, scripted over HTTP."""
+
+    def __init__(self, tmp: Path) -> None:
+        import urllib.request
+
+        self._request = urllib.request
+        self.port = free_port()
+        self.log = open(tmp / "llm-server.log", "ab")  # closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "testkit.llm_server", "--port", str(self.port)],
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=self.log,
+            stdin=subprocess.DEVNULL,
+        )
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.openai_base_url = f"{self.base_url}/v1"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.reset()
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the replay server did not start") from None
+                time.sleep(0.1)
+
+    def _post(self, path: str, body: Any) -> None:
+        request = self._request.Request(
+            f"{self.base_url}/_control/{path}",
+            data=json.dumps(body).encode(),
+            headers={"content-type": "application/json"},
+        )
+        self._request.urlopen(request, timeout=10).read()
+
+    def reset(self) -> None:
+        self._post("reset", {})
+
+    def script(self, *replies: dict[str, Any]) -> None:
+        """Queue replies (``testkit.llm_server.Reply`` fields), after a reset."""
+        self.reset()
+        self._post("script", list(replies))
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.log.close()
+
+
+# --- the floor: the direct SDK loop in a process of its own -------------------------------------
+
+
+def floor_main(base_url: str) -> None:
+    """``python -m bench.cost floor BASE_URL``: per line ``N`` on stdin, N concurrent raw
+    streams of the mock's reply; answers ``DONE <text deltas>``."""
+    import anthropic
+
+    async def one(sdk: Any) -> int:
+        deltas = 0
+        events = await sdk.messages.create(
+            model=MODEL,
+            max_tokens=4096,
+            messages=[{"role": "user", "content": "Tell me a story."}],
+            stream=True,
+        )
+        async for event in events:
+            if event.type == "content_block_delta" and event.delta.type == "text_delta":
+                deltas += 1
+        return deltas
+
+    with asyncio.Runner() as runner:
+        sdk = anthropic.AsyncAnthropic(base_url=base_url, api_key="bench-key", max_retries=0)
+        print(FLOOR_READY, flush=True)
+        for line in sys.stdin:
+
+            async def streams(n: int = int(line)) -> list[int]:
+                return await asyncio.gather(*(one(sdk) for _ in range(n)))
+
+            print(f"DONE {sum(runner.run(streams()))}", flush=True)
+
+
+class Floor:
+    """The floor's process: ``run(n)`` streams n at once and returns the deltas."""
+
+    def __init__(self, base_url: str, tmp: Path) -> None:
+        self.log = open(tmp / "floor.log", "ab")  # closed in stop()
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bench.cost", "floor", base_url],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        if FLOOR_READY not in self.proc.stdout.readline():
+            raise RuntimeError("the floor's process did not start: see floor.log")
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def run(self, n: int) -> int:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{n}\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline().split()
+        if not answer or answer[0] != "DONE":
+            raise RuntimeError(f"the floor answered {answer!r}")
+        return int(answer[1])
+
+    def stop(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.log.close()
+
+
+# --- CPU per token ------------------------------------------------------------------------------
+
+
+async def engine_round(turns: Any, conversations: list[str]) -> int:
+    """A next turn on each conversation at once, followed to its end; tokens received."""
+
+    async def one(conversation: str) -> int:
+        started = await turns.start(conversation, "Tell me a story.")
+        assert started.turn_number is not None
+        got = 0
+        async for event in turns.chunks(conversation, started.turn_number):
+            if event.type == "chunk" and event.data.get("type") == "text-delta":
+                got += len(TOKEN.findall(event.data.get("text", "")))
+            elif event.type == "turn-finish":
+                break
+        result = await turns.result(conversation, started)
+        if result.status != "completed":
+            raise RuntimeError(f"a turn ended {result.status}: {result.error}")
+        return got
+
+    return sum(await asyncio.gather(*(one(c) for c in conversations)))
+
+
+async def cpu_phase(ctx: Ctx, floor: Floor, rounds: int, turns_n: int) -> dict[str, Any]:
+    """Rotating rounds of the floor and both engine workers; every process's CPU per round."""
+    systems = ["floor", *ctx.engines]
+    pids = {"floor": floor.pid, "server": ctx.server_pid}
+    pids |= {name: e.worker.pid for name, e in ctx.engines.items()}
+    samples: dict[str, list[dict[str, float]]] = {s: [] for s in systems}
+    idle: dict[str, list[float]] = {p: [] for p in pids}
+    for i in range(rounds + 1):  # the first round warms up
+        k = i % len(systems)
+        for system in systems[k:] + systems[:k]:
+            before = {p: cpu_seconds(pid) for p, pid in pids.items()}
+            began = time.monotonic()
+            if system == "floor":
+                tokens = await asyncio.to_thread(floor.run, turns_n)
+            else:
+                engine = ctx.engines[system]
+                tokens = await engine_round(engine.turns, engine.conversations)
+            await asyncio.sleep(0.3)  # the turns' last workflow tasks
+            wall = time.monotonic() - began
+            used = {p: cpu_seconds(pid) - before[p] for p, pid in pids.items()}
+            if i == 0:
+                continue
+            idle_now = [p for p in pids if p != system and (p != "server" or system == "floor")]
+            for p in idle_now:
+                idle[p].append(used[p] / wall)
+            samples[system].append(
+                {
+                    "tokens": tokens,
+                    "wall_s": wall,
+                    "cpu_s": used[system],
+                    "server_s": used["server"],
+                }
+            )
+    return {"samples": samples, "idle_rate": {p: median(v) for p, v in idle.items()}}
+
+
+def per_token(cpu: dict[str, Any], system: str, process: str) -> float:
+    """Median over rounds of (CPU − idle rate × wall) ÷ tokens of ``process`` while
+    ``system`` streamed (µs)."""
+    rate = cpu["idle_rate"][process]
+    key = "server_s" if process == "server" else "cpu_s"
+    return median(
+        (s[key] - rate * s["wall_s"]) / max(s["tokens"], 1) * 1e6 for s in cpu["samples"][system]
+    )
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+async def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any], dict[str, Any]]:
+    from temporalio.client import Client
+
+    from durable_turns.client import TurnsClient
+    from durable_turns.codec import data_converter_from_env
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-cost-", dir=args.tmp))
+    load_start = loadavg()
+    mock = Mock(tmp)
+    metrics_port = free_port()
+    workers: list[WorkerProcess] = []
+    floor: Floor | None = None
+    raw: dict[str, Any] = {"rules": actions.RULES}
+    try:
+        async with temporal_server(tmp, metrics_port=metrics_port) as (address, server):
+            client = await Client.connect(address, data_converter=data_converter_from_env())
+            ctx = Ctx(address, server["pid"], metrics_port, tmp, mock, client)
+            base_env = {
+                "ANTHROPIC_BASE_URL": mock.base_url,
+                "ANTHROPIC_API_KEY": "bench-key",
+                "TURNS_MODEL": f"anthropic:{MODEL}",
+                "TURNS_TOOLS": "bench.pace_tools",
+            }
+            variants = {
+                "default hooks": {},
+                "user on_chunk": {"TURNS_HOOKS": "bench.cost_hooks:CountChunks"},
+                "no cancel marks": {"TURNS_CHUNK_STREAM_URL": "none"},
+            }
+            for name, extra in variants.items():
+                tag = uuid.uuid4().hex[:6]
+                queue = f"cost-{tag}"
+                stream = extra.get(
+                    "TURNS_CHUNK_STREAM_URL", f"sqlite:///{tmp / f'chunks-{tag}.db'}"
+                )
+                env = {**base_env, "TURNS_CHUNK_STREAM_URL": stream, **extra}
+                worker = await asyncio.to_thread(start_engine_worker, address, queue, tmp, **env)
+                workers.append(worker)
+                turns = TurnsClient(client, queue, stream_url=None if stream == "none" else stream)
+                engine = Engine(name, worker, turns, [f"cost-{tag}-{n}" for n in range(args.turns)])
+                if stream == "none":
+                    ctx.no_marks = engine
+                else:
+                    ctx.engines[name] = engine
+            mock.script(paced(args.tokens))
+            for engine in ctx.engines.values():  # every conversation exists and is cached
+                await engine_round(engine.turns, engine.conversations)
+            floor = await asyncio.to_thread(Floor, mock.base_url, tmp)
+
+            print("[cpu] per token …", flush=True)
+            raw["cpu"] = await cpu_phase(ctx, floor, args.rounds, args.turns)
+            print("[heartbeats] a long step …", flush=True)
+            raw["heartbeats"] = await measure_heartbeats(ctx, args.long_step_s)
+            print("[actions] 1-step and 3-step paced turns …", flush=True)
+            raw["actions"] = await measure_actions(ctx, args.action_turns)
+            if not args.no_peers:
+                print("[actions] the peers …", flush=True)
+                raw["peer_actions"] = await peer_actions(ctx, args.action_turns)
+            for closing in [*ctx.engines.values(), ctx.no_marks]:
+                if closing is not None:
+                    await closing.turns.aclose()
+    finally:
+        if floor is not None:
+            floor.stop()
+        for worker in workers:
+            worker.stop()
+        mock.stop()
+    rows = cpu_rows(raw["cpu"], per_token, TARGETS, args)
+    rows += heartbeat_rows(raw["heartbeats"], args.long_step_s)
+    rows += action_rows(raw["actions"], raw.get("peer_actions"), args.no_peers)
+    meta = run_meta(
+        f"{args.turns} concurrent turns × {args.tokens} tokens at {TOKENS_PER_S:g} tokens/s,"
+        f" {args.rounds} rotating rounds after a warm-up",
+        args.command,
+        load_start,
+        server,
+    )
+    return rows, raw, meta
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["floor"]:
+        floor_main(argv[1])
+        return
+    p = argparse.ArgumentParser(prog="python -m bench.cost", description=__doc__.split("\n")[0])
+    p.add_argument("--tokens", type=int, default=1000, help="tokens per turn (one step)")
+    p.add_argument("--turns", type=int, default=6, help="concurrent turns per round")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--long-step-s", type=float, default=20.0)
+    p.add_argument("--action-turns", type=int, default=2, help="turns of each kind counted")
+    p.add_argument("--no-peers", action="store_true", help="no peer action counts")
+    p.add_argument("--tmp", default="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
+    p.add_argument("--out", default="cost", help="results stem (bench/results/STEM.md)")
+    args = p.parse_args(argv)
+    args.command = " ".join(["python -m bench.cost", *argv])
+    started = time.monotonic()
+    rows, raw, meta = asyncio.run(run(args))
+    meta["seconds"] = round(time.monotonic() - started)
+    meta["tables"] = [actions_table(raw)]
+    print(render_text(rows))
+    print("\n" + meta["tables"][0])
+    print(f"written: {write_results(meta, rows, raw, args.out)}")
+    sys.stdout.flush()
+    os._exit(0)  # temporalio on 3.11 can crash at interpreter exit
+
+
+def actions_table(raw: dict[str, Any]) -> str:
+    """The counting rules, and each measured turn's actions by kind."""
+    lines = ["| kind of action | the rule used |", "|---|---|"]
+    lines += [f"| {k} | {v} |" for k, v in actions.RULES.items()]
+    lines += [
+        "",
+        "| turn | actions by kind (median turn) | server's `action` metric |",
+        "|---|---|---|",
+    ]
+    for label, found in [*raw["actions"].items(), *(raw.get("peer_actions") or {}).items()]:
+        if "error" in found:
+            lines.append(f"| {label} | not measured: {found['error']} | |")
+            continue
+        kinds = ", ".join(f"{k} {v}" for k, v in sorted(found["median_kinds"].items()))
+        metric = ", ".join(f"{k} {v:g}" for k, v in sorted(found["median_metric"].items()))
+        lines.append(f"| {label} | {kinds} | {metric or '—'} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
