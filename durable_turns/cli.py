@@ -10,6 +10,9 @@ turns cancel CONV [--request ID]    cancel a queued request or the running turn
 turns state CONV                    the conversation's state as JSON
 turns transcript CONV               the stored messages (superseded ones marked)
 turns serve [--host H] [--port P]   the browser front door and its chat page
+
+Why it is long (about 800 lines): one short function per command above, with the argument
+parsers and the printing they share; the worker's own start-up lives in ``runtime``.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@
 
 Everything here is also reachable from any Temporal client by the wire names of
 ``durable_turns.contract``; this module only makes the common calls one line each.
+
+Why it is long (about 570 lines): one method per operation a backend calls (start, send,
+regenerate, submit, tool results, approvals, cancel, state, wait, chunks), each short and
+documented, on one class, so the whole client API is read in one place.
 """
 
 from __future__ import annotations

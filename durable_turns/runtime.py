@@ -5,6 +5,10 @@
 
 With no ``TEMPORAL_ADDRESS`` it starts the embedded Temporal dev server itself (UI on
 :8233, data under ``TURNS_DATA_DIR``) and stops it on exit; with it set, it connects there.
+
+Why it is long (just past 500 lines): the worker's start-up in the order it happens, from
+loading the user's tools and hooks, connecting and the server's checks, to the running
+worker, its ready lines and its command's arguments; each step is short.
 """
 
 from __future__ import annotations

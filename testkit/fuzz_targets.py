@@ -84,7 +84,8 @@ from durable_turns.streams import (
     StreamEvent,
 )
 from durable_turns.web import protocol
-from durable_turns.web.app import FrontDoor, engine_message, reply_turn, resolution
+from durable_turns.web.chat import engine_message, reply_turn, resolution
+from durable_turns.web.door import FrontDoor
 from durable_turns.web.requests import BadRequest, parse_chat_request
 from durable_turns.workflows import conversation_machine
 from durable_turns.workflows.conversation import ConversationWorkflow

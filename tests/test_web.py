@@ -583,9 +583,9 @@ async def test_a_client_that_takes_nothing_is_let_go_and_costs_a_bounded_buffer(
 ) -> None:
     """A stalled browser (its TCP window full: every send blocks) holds at most the
     response's frame queue, and is disconnected after the write timeout."""
-    from durable_turns.web import app as web_app
+    from durable_turns.web import sse
 
-    monkeypatch.setattr(web_app, "WRITE_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(sse, "WRITE_TIMEOUT_S", 0.3)
     produced = 0
 
     async def frames() -> Any:
@@ -610,15 +610,13 @@ async def test_a_client_that_takes_nothing_is_let_go_and_costs_a_bounded_buffer(
             self.open_streams -= 1
 
     door = Door()
-    stream = web_app.EventStream(door, frames())  # type: ignore[arg-type]
+    stream = sse.EventStream(door, frames())  # type: ignore[arg-type]
     began = asyncio.get_running_loop().time()
     await asyncio.wait_for(stream({}, receive, send), 5)
     assert asyncio.get_running_loop().time() - began < 2, "let go at the write timeout"
     assert door.open_streams == 0, "the stream is counted out"
     # the queue, and one batched write of it in flight: bounded, whatever the reply
-    assert produced <= 2 * web_app.QUEUE_FRAMES + 2, (
-        f"the reader waited for the client ({produced})"
-    )
+    assert produced <= 2 * sse.QUEUE_FRAMES + 2, f"the reader waited for the client ({produced})"
 
 
 async def test_the_app_mounts_inside_another_service(harness: Harness) -> None:

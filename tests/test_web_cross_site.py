@@ -27,7 +27,7 @@ from temporalio.service import RPCError
 
 from durable_turns.config import Settings
 from durable_turns.web import create_app
-from durable_turns.web.app import cross_site_problem, guard_request, media_type
+from durable_turns.web.admission import cross_site_problem, guard_request, media_type
 from durable_turns.web.requests import BadRequest
 from tests.support.harness import Harness
 from tests.support.probes import wait_until

@@ -3,6 +3,10 @@
 Deterministic code only. It carries ids and small summaries; everything large lives in the
 transcript store and is loaded by the activities. Activities are called by name, so this
 module imports none of their code into the sandbox.
+
+Why it is long (about 760 lines): one workflow class whose methods share the turn's
+in-flight state (its steps, pending tool calls, the browser's and sub-agents' waits, results
+to forward); the helpers that need none of it are module functions at its end.
 """
 
 # No ``from __future__ import annotations`` here: the sandbox re-imports this module for

@@ -8,7 +8,13 @@ stream and the transcript store, so any number of replicas serve any chat.
     protocol   the turn's chunk stream as UI message chunks; stored messages as UIMessages
     requests   what a browser may send (bounded, typed errors)
     auth       who is asking, and which conversation a chat id names for them
-    app        the routes
+    watch      whether workers run a chat (``data-waiting``, the health check)
+    admission  what every request passes before its route (loopback, cross-site, JSON, size)
+    door       what the routes share (``FrontDoor``), a Temporal refusal as an HTTP answer
+    replies    reading a reply: which one a chat produces, its turns' streams as frames
+    chat       the chat POST flow: what a new message, a tool's answer or a regenerate does
+    sse        the SSE response: backpressure, keep-alives, shutdown
+    app        the routes (``create_app``), on top of all of them
 """
 
 from durable_turns.web.app import create_app
