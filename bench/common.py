@@ -248,12 +248,8 @@ async def temporal_server(
         temporal_binary,
     )
 
-    class Server(EmbeddedServer):
-        def _spawn(self, cmd: list[str]) -> Any:
-            extra = ["--metrics-port", str(metrics_port)] if metrics_port else []
-            return super()._spawn([*cmd, *extra])
-
-    server = Server(tmp / "temporal", port=free_port(), ui=False)
+    extra = ["--metrics-port", str(metrics_port)] if metrics_port else []
+    server = EmbeddedServer(tmp / "temporal", port=free_port(), ui=False, extra_args=extra)
     await server.start(timeout_s=60)
     probe = await asyncio.create_subprocess_exec(
         temporal_binary(), "--version", stdout=asyncio.subprocess.PIPE

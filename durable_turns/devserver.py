@@ -32,7 +32,7 @@ import subprocess
 import sys
 import sysconfig
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
@@ -165,9 +165,12 @@ class EmbeddedServer:
         port: int = 7233,
         ui_port: int = 8233,
         ui: bool = True,
+        extra_args: Sequence[str] = (),
     ) -> None:
+        """``extra_args``: more ``temporal server start-dev`` options (``--metrics-port N``)."""
         self.data_dir = data_dir
         self.host, self.port, self.ui_port, self.ui = host, port, ui_port, ui
+        self.extra_args = list(extra_args)
         self.process: subprocess.Popen[bytes] | None = None
         self._shared = False
 
@@ -224,6 +227,7 @@ class EmbeddedServer:
             "--log-level",
             "error",
             *dev_server_args(),
+            *self.extra_args,
         ]
         cmd += ["--ui-port", str(self.ui_port)] if self.ui else ["--headless"]
         codec = os.environ.get("TURNS_UI_CODEC_ENDPOINT")
