@@ -9,6 +9,7 @@ resolving a model, the tools a step is offered, the live chunk stream). Heartbea
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Sequence
@@ -38,6 +39,7 @@ from durable_turns.store.base import owns
 from durable_turns.streams import ChunkPublisher, ChunkStreamBackend, StreamUnavailable
 from durable_turns.streams.base import StreamNotOwned
 from durable_turns.streams.cancel import CancelWatch
+from durable_turns.streams.liveness import AttemptRecord, Liveness
 from durable_turns.tools import ToolRegistry
 
 
@@ -61,6 +63,8 @@ class ActivityDeps:
     root: ActivityDeps | None = None
     """A sub-agent's dependencies: the worker's own, which they share everything but the
     hooks, tools and settings with (None: these are the worker's own)."""
+    liveness: Liveness | None = None
+    """This worker's liveness (``streams.liveness``), set by the worker's run (None: off)."""
     lifecycle: Lifecycle = field(init=False)
     _agents: dict[str, ActivityDeps] = field(init=False, default_factory=dict)
     _cancel_watch: CancelWatch | None = field(init=False, default=None)
@@ -104,6 +108,32 @@ class ActivityDeps:
         if root._cancel_watch is None:
             root._cancel_watch = CancelWatch(streams, self.settings.cancel_check_ms / 2000)
         return root._cancel_watch
+
+    @contextlib.asynccontextmanager
+    async def recorded_attempt(self, turn: TurnRef, step: int) -> AsyncIterator[None]:
+        """While the block runs, the running model step's attempt is recorded under this
+        worker, so that the other workers recover it within ``TURNS_LIVENESS_MS`` of the
+        worker's death (``streams.liveness``); nothing when liveness is off."""
+        liveness = (self.root or self).liveness
+        info = activity.info()
+        if liveness is None or info.is_local:
+            yield
+            return
+        number = heartbeats.attempt()
+        record = AttemptRecord(
+            task_token=base64.b64encode(info.task_token).decode(),
+            workflow_id=info.workflow_id or "",
+            run_id=info.workflow_run_id or "",
+            namespace=info.namespace,
+            stream_id=turn.turn_id,
+            owner=turn.owner,
+            by_conversation=turn.by_conversation,
+            step=step,
+            attempt=number,
+            failures=heartbeats.failures(number),
+        )
+        async with liveness.running(f"{info.workflow_run_id}/{info.activity_id}", record):
+            yield
 
     def of(self, turn: TurnRef | str | None) -> ActivityDeps:
         """The dependencies a turn runs with: these, or (``TurnRef.agent``) its agent tool's:

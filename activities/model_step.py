@@ -92,7 +92,8 @@ class ModelStepActivities:
         key = mark_key(inp.turn.conversation_id, inp.turn.request_id)
         with heartbeats.stop_on_mark(self.deps.cancel_watch(inp.turn), key):
             try:
-                return await self._model_step(inp)
+                async with self.deps.recorded_attempt(inp.turn, inp.step):
+                    return await self._model_step(inp)
             except asyncio.CancelledError:
                 if not heartbeats.stopped_by_mark():
                     raise

@@ -210,6 +210,11 @@ class Settings:
     """TURNS_CANCEL_CHECK_MS: how soon a model step learns of a cancelChat: each worker reads
     the cancel marks of all its steps every half of it (``streams.cancel``); a step without a
     mark (no chunk stream, a sub-agent's) heartbeats twice per it instead (0: neither)."""
+    liveness_ms: int = 1200
+    """TURNS_LIVENESS_MS: how long a worker process may miss its liveness beats in the chunk
+    stream (one every sixth of it, from a thread of its own) before the other workers
+    recover the model steps it ran, without waiting out their heartbeat timeout
+    (``streams.liveness``; 0 or ``off``: only the heartbeat timeout)."""
     demo_dir: Path | None = None
     """TURNS_DEMO_DIR: the folder ``demo:<name>`` script files are read from (by name only);
     unset: only the built-in scripts."""
@@ -287,6 +292,7 @@ class Settings:
             client_tool_timeout_s=float(_env("TURNS_CLIENT_TOOL_TIMEOUT_S", "3600") or 3600),
             shutdown_grace_s=float(_env("TURNS_SHUTDOWN_GRACE_S", "10") or 0),
             cancel_check_ms=int(_env("TURNS_CANCEL_CHECK_MS", "500") or 0),
+            liveness_ms=_liveness_ms(_env("TURNS_LIVENESS_MS", "1200")),
             demo_dir=Path(demo) if (demo := _env("TURNS_DEMO_DIR")) else None,
             http_token=_env("TURNS_HTTP_TOKEN"),
             http_models=_split(_env("TURNS_HTTP_MODELS")),
@@ -351,3 +357,10 @@ class Settings:
     def with_overrides(self, **changes: Any) -> Settings:
         known = {f.name for f in fields(self)}
         return replace(self, **{k: v for k, v in changes.items() if k in known and v is not None})
+
+
+def _liveness_ms(value: str | None) -> int:
+    text = (value or "").strip().lower()
+    if text in ("", "off", "0", "false", "no"):
+        return 0
+    return int(text)

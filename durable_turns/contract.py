@@ -212,6 +212,12 @@ MESSAGE_ID_CONFLICT = "MessageIdConflict"
 """A request reuses one message id for two messages."""
 WORKER_SHUTDOWN = "WorkerShutdown"
 """A worker stopped mid-step past its shutdown grace: the step is re-run in full."""
+WORKER_LOST = "WorkerLost"
+"""A model step's worker stopped beating in the chunk stream (``streams.liveness``): another
+worker failed the attempt for it, a heartbeat timeout ahead of time (details: the dead
+worker's ``heartbeats.share``)."""
+LIVENESS_PATCH = "liveness"
+"""The patch under which a turn counts a ``WorkerLost`` failure as a heartbeat timeout."""
 CHUNK_STREAM_UNAVAILABLE = "ChunkStreamUnavailable"
 """A model step saved its output but could not write it to the live chunk stream within
 ``stream_write_timeout_s``: the next attempt (another worker, perhaps) writes the saved step

@@ -21,10 +21,12 @@ from durable_turns.contract import (
     HOOK_ERROR,
     INVALID_MODEL,
     INVALID_REQUEST,
+    LIVENESS_PATCH,
     PROVIDER_ERROR,
     SHARE_KEY,
     STORE_UNAVAILABLE,
     WORKER_CRASH_LOOP,
+    WORKER_LOST,
     WORKER_SHUTDOWN,
     ChatResponseInput,
     TurnPlan,
@@ -88,12 +90,25 @@ storm or a flapping network fails no turn, yet bounded (``infra_budget``)."""
 
 def is_death(err: ActivityError) -> bool:
     """Whether an attempt ended because its worker went away: no heartbeat in time (killed,
-    out of memory, a native crash, a frozen event loop), a shutdown past its grace, or a
-    store outage longer than the attempt could wait."""
+    out of memory, a native crash, a frozen event loop), or no liveness beat in time
+    (``is_lost``), a shutdown past its grace, or a store outage longer than the attempt
+    could wait."""
     cause = err.cause
     if isinstance(cause, TimeoutError):
         return cause.type == TimeoutType.HEARTBEAT
-    return isinstance(cause, ApplicationError) and cause.type in INFRA_TYPES
+    return isinstance(cause, ApplicationError) and (cause.type in INFRA_TYPES or is_lost(err))
+
+
+def is_lost(err: ActivityError) -> bool:
+    """Whether another worker failed the attempt because its worker stopped beating
+    (``WorkerLost``, ``streams.liveness``): counted as a heartbeat timeout, under the
+    ``liveness`` patch (a run from before it counted the failure as the step's own)."""
+    cause = err.cause
+    return (
+        isinstance(cause, ApplicationError)
+        and cause.type == WORKER_LOST
+        and workflow.patched(LIVENESS_PATCH)
+    )
 
 
 def is_final(err: ActivityError, final_types: Collection[str]) -> bool:
@@ -118,7 +133,11 @@ def death_of(err: ActivityError) -> Death:
     """Which worker a heartbeat timeout was, and how many turns it ran (``heartbeats.share``,
     the last detail of the attempt's last heartbeat)."""
     cause = err.cause
-    details: Sequence[Any] = cause.last_heartbeat_details if isinstance(cause, TimeoutError) else ()
+    details: Sequence[Any] = ()
+    if isinstance(cause, TimeoutError):
+        details = cause.last_heartbeat_details
+    elif isinstance(cause, ApplicationError):  # WorkerLost: the dead worker's share
+        details = cause.details
     for detail in reversed(details):
         if isinstance(detail, dict) and isinstance(detail.get(SHARE_KEY), str):
             turns = detail.get("turns")
@@ -204,7 +223,7 @@ async def with_budgets(
                 raise
             if is_death(err):
                 deaths += 1
-                if isinstance(err.cause, TimeoutError):
+                if isinstance(err.cause, TimeoutError) or is_lost(err):
                     timeouts.append(death_of(err))
                 if crash_cost(timeouts) > crash_retries:
                     raise _crash_loop(stage, kind, err, timeouts, crash_retries) from err

@@ -21,6 +21,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError,
 from durable_turns.contract import (
     STORE_UNAVAILABLE,
     STREAM_STALLED,
+    WORKER_LOST,
     WORKER_SHUTDOWN,
     Recovery,
     RecoveryReason,
@@ -43,6 +44,7 @@ def lost(err: ActivityError) -> RecoveryReason | None:
 
 
 _LOST: dict[str, RecoveryReason] = {
+    WORKER_LOST: "worker_lost",
     WORKER_SHUTDOWN: "worker_shutdown",
     STORE_UNAVAILABLE: "store_unavailable",
     STREAM_STALLED: "stalled",

@@ -66,6 +66,7 @@ class DurableTurnsPlugin(SimplePlugin):
         self._hooks, self._tools, self._store = hooks, tools, store
         self._converter = data_converter_from_env()
         self._deps: Any = None
+        self._client: Any = None
         self.opened = asyncio.Event()
         """Set once a worker's run has opened the store and the chunk stream: a worker that
         waits for it before saying it is ready fails at start on an unreachable store."""
@@ -115,6 +116,7 @@ class DurableTurnsPlugin(SimplePlugin):
 
     def configure_worker(self, config: WorkerConfig) -> WorkerConfig:
         client = config.get("client")
+        self._client = client
         converter = client.data_converter if client is not None else None
         if converter is not None and not issubclass(
             converter.payload_converter_class, PydanticPayloadConverter
@@ -186,16 +188,46 @@ class DurableTurnsPlugin(SimplePlugin):
         try:
             if deps.streams is not None:
                 await deps.streams.open()
+            liveness = await self._start_liveness(deps)
             try:
                 self.opened.set()
                 yield
             finally:
                 self.opened.clear()
+                if liveness is not None:
+                    deps.liveness = None
+                    await liveness.stop()
                 if deps.streams is not None:
                     await deps.streams.close()
         finally:
             await deps.models.aclose()
             await deps.store.close()
+
+    async def _start_liveness(self, deps: Any) -> Any:
+        """This worker process's liveness (``streams.liveness``): beats in the chunk stream
+        and the watch over the other workers; None when the stream keeps none or
+        ``TURNS_LIVENESS_MS`` is off."""
+        from durable_turns.activities.heartbeats import WORKER_PROCESS
+        from durable_turns.streams import open_stream_backend
+        from durable_turns.streams.liveness import Liveness
+
+        settings = self.settings
+        streams = deps.streams
+        if streams is None or not streams.keeps_liveness or settings.liveness_ms <= 0:
+            return None
+        if self._client is None:
+            return None
+        url = settings.resolved_chunk_stream_url
+        liveness = Liveness(
+            streams,
+            lambda: open_stream_backend(url) or streams,
+            self._client,
+            WORKER_PROCESS,
+            settings.liveness_ms / 1000,
+        )
+        await liveness.start()
+        deps.liveness = liveness
+        return liveness
 
     @contextlib.asynccontextmanager
     async def run_replayer(

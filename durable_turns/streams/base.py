@@ -347,6 +347,38 @@ class ChunkStreamBackend(abc.ABC):
         trip for all of them (a worker looks for all its steps at once)."""
         return set()
 
+    keeps_liveness: ClassVar[bool] = False
+    """Whether the backend keeps worker liveness records (``streams.liveness``)."""
+
+    async def beat(self, worker: str) -> None:
+        """Count one beat of ``worker`` (a worker process is alive)."""
+        return None
+
+    async def beats(self) -> dict[str, int]:
+        """Every worker's beat count: one round trip (a count that stops moving is a death)."""
+        return {}
+
+    async def attempt_started(self, worker: str, key: str, body: str) -> None:
+        """Record that ``worker`` runs the attempt ``key`` (``body``: what recovers it)."""
+        return None
+
+    async def attempt_ended(self, worker: str, key: str) -> None:
+        """Forget the attempt ``key`` of ``worker`` (it ended, however)."""
+        return None
+
+    async def attempts_of(self, worker: str) -> dict[str, str]:
+        """The attempts ``worker`` recorded and has not ended: ``{key: body}``."""
+        return {}
+
+    async def take_attempt(self, worker: str, key: str) -> bool:
+        """Remove an attempt's record; True for the one caller that removed it (of many
+        workers that saw its worker die at once, one recovers it)."""
+        return False
+
+    async def forget_worker(self, worker: str) -> None:
+        """Drop a worker's beats and attempts (it stopped, or died long ago)."""
+        return None
+
     def wakeups(
         self, stream_id: str
     ) -> contextlib.AbstractAsyncContextManager[asyncio.Event | None]:
@@ -412,7 +444,9 @@ class MemoryBackend(ChunkStreamBackend):
     _claim_registry: ClassVar[dict[str, dict[str, StreamClaim]]] = {}
     _writer_registry: ClassVar[dict[str, dict[tuple[str, str], tuple[int, int]]]] = {}
     _mark_registry: ClassVar[dict[str, dict[str, float]]] = {}
+    _live_registry: ClassVar[dict[str, tuple[dict[str, int], dict[str, dict[str, str]]]]] = {}
     keeps_marks = True
+    keeps_liveness = True
 
     def __init__(self, name: str = "") -> None:
         self.name = name
@@ -420,6 +454,29 @@ class MemoryBackend(ChunkStreamBackend):
         self._claims = self._claim_registry.setdefault(name, {})
         self._writers = self._writer_registry.setdefault(name, {})
         self._marks = self._mark_registry.setdefault(name, {})
+        self._beats, self._attempts = self._live_registry.setdefault(name, ({}, {}))
+
+    async def beat(self, worker: str) -> None:
+        self._beats[worker] = self._beats.get(worker, 0) + 1
+
+    async def beats(self) -> dict[str, int]:
+        return dict(self._beats)
+
+    async def attempt_started(self, worker: str, key: str, body: str) -> None:
+        self._attempts.setdefault(worker, {})[key] = body
+
+    async def attempt_ended(self, worker: str, key: str) -> None:
+        self._attempts.get(worker, {}).pop(key, None)
+
+    async def attempts_of(self, worker: str) -> dict[str, str]:
+        return dict(self._attempts.get(worker, {}))
+
+    async def take_attempt(self, worker: str, key: str) -> bool:
+        return self._attempts.get(worker, {}).pop(key, None) is not None
+
+    async def forget_worker(self, worker: str) -> None:
+        self._beats.pop(worker, None)
+        self._attempts.pop(worker, None)
 
     async def mark_cancel(self, key: str) -> bool:
         self._marks[key] = time.monotonic()

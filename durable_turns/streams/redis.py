@@ -143,6 +143,7 @@ class RedisStreamBackend(ChunkStreamBackend):
     """Per-turn Redis streams with TTL and approximate MAXLEN retention; many readers."""
 
     keeps_marks = True
+    keeps_liveness = True
 
     def __init__(
         self,
@@ -277,6 +278,38 @@ class RedisStreamBackend(ChunkStreamBackend):
             return set()
         found: list[Any] = await self.client.mget([self.mark_key(k) for k in wanted])
         return {k for k, v in zip(wanted, found, strict=True) if v is not None}
+
+    def workers_key(self) -> str:
+        """The hash of every worker's beat count (``streams.liveness``)."""
+        return f"{self.prefix}liveness\nworkers"
+
+    def attempts_key(self, worker: str) -> str:
+        """The hash of one worker's running attempts."""
+        return f"{self.prefix}liveness\n{worker}"
+
+    async def beat(self, worker: str) -> None:
+        await self.client.hincrby(self.workers_key(), worker, 1)
+
+    async def beats(self) -> dict[str, int]:
+        found: dict[Any, Any] = await self.client.hgetall(self.workers_key())
+        return {_text(k): int(v) for k, v in found.items()}
+
+    async def attempt_started(self, worker: str, key: str, body: str) -> None:
+        await self.client.hset(self.attempts_key(worker), key, body)
+
+    async def attempt_ended(self, worker: str, key: str) -> None:
+        await self.client.hdel(self.attempts_key(worker), key)
+
+    async def attempts_of(self, worker: str) -> dict[str, str]:
+        found: dict[Any, Any] = await self.client.hgetall(self.attempts_key(worker))
+        return {_text(k): _text(v) for k, v in found.items()}
+
+    async def take_attempt(self, worker: str, key: str) -> bool:
+        return bool(await self.client.hdel(self.attempts_key(worker), key))
+
+    async def forget_worker(self, worker: str) -> None:
+        await self.client.hdel(self.workers_key(), worker)
+        await self.client.delete(self.attempts_key(worker))
 
     async def last_offset(self, stream_id: str) -> int:
         top: Any = await self.client.xrevrange(self.key(stream_id), max="+", min="-", count=1)

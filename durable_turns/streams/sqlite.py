@@ -63,9 +63,21 @@ CREATE TABLE IF NOT EXISTS chunk_cancels (
     mark TEXT PRIMARY KEY,
     marked_at REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS chunk_workers (
+    worker TEXT PRIMARY KEY,
+    beats INTEGER NOT NULL,
+    beat_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chunk_attempts (
+    worker TEXT NOT NULL,
+    attempt TEXT NOT NULL,
+    body TEXT NOT NULL,
+    PRIMARY KEY (worker, attempt)
+);
 """
 """``chunk_writers``: each writer's last batch number per stream (idempotent appends);
-``chunk_cancels``: cancel marks (``streams.cancel``), a row per cancelled request."""
+``chunk_cancels``: cancel marks (``streams.cancel``), a row per cancelled request;
+``chunk_workers`` and ``chunk_attempts``: worker liveness (``streams.liveness``)."""
 
 
 class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
@@ -73,6 +85,7 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
 
     schema = SCHEMA
     keeps_marks = True
+    keeps_liveness = True
 
     def __init__(self, path: str | Path) -> None:
         super().__init__(path)
@@ -216,6 +229,54 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         )
         rows = await self._query(sql, (time.time() - MARK_TTL_S, *wanted))
         return {row[0] for row in rows}
+
+    async def beat(self, worker: str) -> None:
+        def beat(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO chunk_workers (worker, beats, beat_at) VALUES (?, 1, ?)"
+                " ON CONFLICT (worker) DO UPDATE SET beats = beats + 1, beat_at = excluded.beat_at",
+                (worker, time.time()),
+            )
+
+        await self._transaction(beat, write=True)
+
+    async def beats(self) -> dict[str, int]:
+        rows = await self._query("SELECT worker, beats FROM chunk_workers", ())
+        return {row[0]: int(row[1]) for row in rows}
+
+    async def attempt_started(self, worker: str, key: str, body: str) -> None:
+        def put(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT OR REPLACE INTO chunk_attempts (worker, attempt, body) VALUES (?, ?, ?)",
+                (worker, key, body),
+            )
+
+        await self._transaction(put, write=True)
+
+    async def attempt_ended(self, worker: str, key: str) -> None:
+        await self.take_attempt(worker, key)
+
+    async def attempts_of(self, worker: str) -> dict[str, str]:
+        rows = await self._query(
+            "SELECT attempt, body FROM chunk_attempts WHERE worker = ?", (worker,)
+        )
+        return {row[0]: row[1] for row in rows}
+
+    async def take_attempt(self, worker: str, key: str) -> bool:
+        def take(conn: sqlite3.Connection) -> bool:
+            cur = conn.execute(
+                "DELETE FROM chunk_attempts WHERE worker = ? AND attempt = ?", (worker, key)
+            )
+            return cur.rowcount > 0
+
+        return await self._transaction(take, write=True)
+
+    async def forget_worker(self, worker: str) -> None:
+        def forget(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM chunk_workers WHERE worker = ?", (worker,))
+            conn.execute("DELETE FROM chunk_attempts WHERE worker = ?", (worker,))
+
+        await self._transaction(forget, write=True)
 
     async def delete(self, stream_id: str) -> None:
         def delete(conn: sqlite3.Connection) -> None:

@@ -1,0 +1,281 @@
+"""Liveness: a dead worker's model step recovered in about two seconds, not a heartbeat timeout.
+
+Temporal learns that the worker running an activity is gone only when the activity's
+heartbeats stop for its heartbeat timeout (30 s by default): a reply whose worker was
+SIGKILLed froze that long. Liveness takes a cheaper road, through the chunk-stream backend
+every worker already writes to (as the cancel marks do, ``streams.cancel``):
+
+* each worker process counts a *beat* there every ``lost_after / 6`` (``beat``), from a
+  thread of its own with its own connection, so a busy or blocked event loop does not look
+  like a death (a frozen process is still found by its heartbeat timeout);
+* a running model step records its attempt under its worker (``attempt_started``): the
+  activity's task token, and what its ``recovering`` event needs;
+* every worker watches the beat counts (one read of every count per beat interval). When a
+  worker's count has not moved for ``lost_after`` of the watcher's own clock (no clocks are
+  compared across machines), the watcher takes each of its attempts (``take_attempt``: of
+  many watchers one wins), publishes the ``recovering`` event on the turn's stream, moves
+  the turn's next workflow task off the dead worker's sticky queue, and fails the activity
+  by its task token (the public async-completion API) with the failure a heartbeat timeout
+  would have had (a ``TimeoutError`` of type HEARTBEAT whose last heartbeat names the dead
+  worker: ``heartbeats.share``). The turn workflow then sees exactly what it sees after a
+  heartbeat timeout (the same crash budget, the same retry about a second later), only
+  ~28 s sooner, with no change to the workflow: the history shows an ``ActivityTaskFailed``
+  where a heartbeat timeout leaves an ``ActivityTaskTimedOut``.
+
+A worker declared dead that is in fact alive (cut off from the backend, or starved of CPU
+for longer than ``lost_after``) is safe: its activity's completion, heartbeats and fails
+are refused by Temporal (the attempt is over), and what it still streams carries an older
+attempt number than the new attempt's ``reset``, which readers drop (``live_events``); the
+cost is the work of a re-run. The recovering event carries the writer and batch number the
+next attempt's own one uses (``activities.recovery.announce``), so the stream holds it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
+from temporalio.client import Client
+from temporalio.exceptions import ApplicationError
+
+from durable_turns.contract import SHARE_KEY, WORKER_LOST
+from durable_turns.streams.base import RECOVERING, ChunkStreamBackend, encode_event
+
+log = logging.getLogger(__name__)
+
+FORGET_AFTER_S = 120.0
+"""A worker silent this long with no attempt left is dropped from the backend."""
+
+LOST_MESSAGE = "the worker running it stopped (no liveness beat for {:.1f} s)"
+
+
+@dataclass
+class AttemptRecord:
+    """What a watcher needs to recover one model-step attempt of a dead worker."""
+
+    task_token: str
+    """The activity's task token, base64."""
+    workflow_id: str
+    run_id: str
+    namespace: str
+    stream_id: str
+    owner: str | None
+    by_conversation: bool
+    step: int
+    attempt: int
+    failures: int
+
+    def body(self) -> str:
+        return json.dumps(self.__dict__, separators=(",", ":"))
+
+    @classmethod
+    def parse(cls, body: str) -> AttemptRecord:
+        return cls(**json.loads(body))
+
+    def recovering_writer(self) -> tuple[str, int, int]:
+        """The next attempt's recovering event: its writer, its wire event and its data
+        (as ``activities.recovery.announce`` writes them; the next attempt's deaths are
+        this attempt's number less its failures)."""
+        nxt, deaths = self.attempt + 1, self.attempt - self.failures
+        once = f"{RECOVERING}:stream:{self.step}::{nxt}:{deaths}"
+        return f"{self.run_id}/{once}", nxt, deaths
+
+
+@dataclass
+class Liveness:
+    """One worker process's liveness: its beats (a thread), its running attempts, and the
+    watch over the other workers. ``start`` in the worker's run, ``stop`` after it."""
+
+    backend: ChunkStreamBackend
+    open_backend: Callable[[], ChunkStreamBackend]
+    """A second connection to the same backend, for the beating thread's own loop."""
+    client: Client
+    worker: str
+    lost_after_s: float
+    lost: int = 0
+    """Attempts this worker recovered for dead workers."""
+    _seen: dict[str, tuple[int, float]] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    _watch: asyncio.Task[None] | None = None
+    _pending: set[asyncio.Task[Any]] = field(default_factory=set)
+    _warned_at: float = -float("inf")
+
+    @property
+    def interval_s(self) -> float:
+        return max(self.lost_after_s / 6, 0.02)
+
+    async def start(self) -> None:
+        self._thread = threading.Thread(
+            target=self._beat_thread, name="turns-liveness", daemon=True
+        )
+        self._thread.start()
+        self._watch = asyncio.get_running_loop().create_task(self._watch_loop())
+
+    async def stop(self, *, forget: bool = True) -> None:
+        """Stop beating and watching; ``forget``: drop this worker's records (a graceful
+        stop: its attempts have ended)."""
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._watch
+        if self._thread is not None:
+            await asyncio.to_thread(self._thread.join, 5.0)
+        if forget:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.backend.forget_worker(self.worker), 2.0)
+
+    # --- this worker's beats --------------------------------------------------------------
+
+    def _beat_thread(self) -> None:
+        asyncio.run(self._beats())
+
+    async def _beats(self) -> None:
+        backend = self.open_backend()
+        try:
+            await backend.open()
+            while not self._stop.is_set():
+                try:
+                    await asyncio.wait_for(backend.beat(self.worker), self.lost_after_s)
+                except Exception as e:  # the backend is out of reach: so are our streams
+                    self._warn("liveness beat not written (will retry): %r", e)
+                await asyncio.sleep(self.interval_s)
+        finally:
+            with contextlib.suppress(Exception):
+                await backend.close()
+
+    # --- this worker's attempts -----------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def running(self, key: str, record: AttemptRecord) -> AsyncIterator[None]:
+        """Record an attempt for as long as the block runs (best effort: a backend that does
+        not answer leaves the attempt to its heartbeat timeout)."""
+        started = asyncio.get_running_loop().create_task(
+            self.backend.attempt_started(self.worker, key, record.body())
+        )
+        self._keep(started)
+        try:
+            yield
+        finally:
+            ended = asyncio.get_running_loop().create_task(self._end(started, key))
+            self._keep(ended)
+
+    async def _end(self, started: asyncio.Task[None], key: str) -> None:
+        with contextlib.suppress(BaseException):
+            await started  # so the end is never written before the start
+        try:
+            await self.backend.attempt_ended(self.worker, key)
+        except Exception as e:  # a stale record costs a refused fail, no more
+            self._warn("liveness record of an attempt not removed: %r", e)
+
+    def _keep(self, task: asyncio.Task[Any]) -> None:
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    # --- the watch over the others --------------------------------------------------------
+
+    async def _watch_loop(self) -> None:
+        while not self._stop.is_set():
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.check()
+            except Exception as e:  # the heartbeat timeout still holds
+                self._warn("liveness not checked (will retry): %r", e)
+
+    async def check(self) -> list[str]:
+        """One look at every worker's beats; recover the attempts of the silent ones.
+        Returns the workers found silent."""
+        now = time.monotonic()
+        beats = await self.backend.beats()
+        silent = []
+        for worker, count in beats.items():
+            if worker == self.worker:
+                continue
+            seen = self._seen.get(worker)
+            if seen is None or seen[0] != count:
+                self._seen[worker] = (count, now)
+                continue
+            if now - seen[1] >= self.lost_after_s:
+                silent.append(worker)
+                await self._recover(worker, now - seen[1])
+        for worker in list(self._seen):
+            if worker not in beats:
+                del self._seen[worker]
+        return silent
+
+    async def _recover(self, worker: str, silent_s: float) -> None:
+        attempts = await self.backend.attempts_of(worker)
+        if not attempts:
+            if silent_s >= FORGET_AFTER_S:
+                await self.backend.forget_worker(worker)
+            return
+        turns = len({AttemptRecord.parse(b).workflow_id for b in attempts.values()})
+        for key, body in attempts.items():
+            if await self.backend.take_attempt(worker, key):
+                self.lost += 1
+                await self._fail(AttemptRecord.parse(body), worker, turns, silent_s)
+
+    async def _fail(self, rec: AttemptRecord, worker: str, turns: int, silent_s: float) -> None:
+        message = LOST_MESSAGE.format(silent_s)
+        log.warning(
+            "turn %s: model step %d attempt %d: %s %s",
+            rec.workflow_id,
+            rec.step,
+            rec.attempt,
+            worker,
+            message,
+        )
+        writer, nxt, deaths = rec.recovering_writer()
+        data = {
+            "stage": "stream",
+            "reason": "worker_lost",
+            "message": message,
+            "attempt": nxt,
+            "deaths": deaths,
+        }
+        event = encode_event(RECOVERING, data, step=rec.step, attempt=nxt)
+        try:  # what the user sees first; the next attempt's own one is then the same batch
+            await asyncio.wait_for(
+                self.backend.append(
+                    rec.stream_id,
+                    [event],
+                    owner=rec.owner,
+                    by_conversation=rec.by_conversation,
+                    writer=writer,
+                    seq=1,
+                ),
+                self.lost_after_s + 5,
+            )
+        except Exception as e:  # the next attempt publishes it anyway
+            log.warning("turn %s: recovering event not written: %r", rec.workflow_id, e)
+        with contextlib.suppress(Exception):  # its next task to a live worker's queue
+            await self.client.workflow_service.reset_sticky_task_queue(
+                ResetStickyTaskQueueRequest(
+                    namespace=rec.namespace,
+                    execution=WorkflowExecution(workflow_id=rec.workflow_id, run_id=rec.run_id),
+                )
+            )
+        handle = self.client.get_async_activity_handle(task_token=base64.b64decode(rec.task_token))
+        try:
+            await handle.fail(
+                ApplicationError(message, {SHARE_KEY: worker, "turns": turns}, type=WORKER_LOST)
+            )
+        except Exception as e:  # it ended meanwhile, or was recovered by another watcher
+            log.info("turn %s: lost attempt not failed: %r", rec.workflow_id, e)
+
+    def _warn(self, message: str, error: BaseException) -> None:
+        now = time.monotonic()
+        if now - self._warned_at > 60:
+            self._warned_at = now
+            log.warning(message, error)

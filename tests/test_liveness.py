@@ -1,0 +1,175 @@
+"""Liveness (``streams.liveness``): a SIGKILLed worker's model step is recovered by another
+worker from the liveness records in the chunk stream, long before its heartbeat timeout;
+a worker whose event loop is merely blocked is not declared dead."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from typing import Any, cast
+
+import pytest
+from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.client import Client
+
+from durable_turns.contract import turn_workflow_id
+from durable_turns.streams.base import MemoryBackend, live_events
+from durable_turns.streams.liveness import AttemptRecord, Liveness
+from tests.support.harness import Harness
+from tests.support.history import activity_attempts
+from tests.support.probes import chunk_backend, wait_until
+
+WORDS = " ".join(f"w{i}" for i in range(40))
+
+
+async def running_step_pid(harness: Harness, workflow_id: str) -> int:
+    handle = harness.client.get_workflow_handle(workflow_id)
+    pid = 0
+
+    async def started() -> bool:
+        nonlocal pid
+        try:
+            desc = await handle.describe()
+        except Exception:
+            return False
+        for act in desc.raw_description.pending_activities:
+            if (
+                act.activity_type.name == "model_step"
+                and act.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+                and act.last_worker_identity
+            ):
+                pid = int(act.last_worker_identity.split("@", 1)[0])
+                return True
+        return False
+
+    await wait_until(started, within=60)
+    return pid
+
+
+async def test_sigkill_mid_stream_is_recovered_before_the_heartbeat_timeout(
+    harness: Harness,
+) -> None:
+    # A heartbeat timeout of 120 s: only liveness can retry the step within the test's wait.
+    env = {"TURNS_HEARTBEAT_TIMEOUT_S": "120", "TURNS_STALL_TIMEOUT_MS": "240000"}
+    workers = [harness.start_worker(**env), harness.start_worker(**env)]
+    model = harness.script([{"text": WORDS, "delay_ms": 100}])
+    conversation = harness.conv("liveness")
+    request = await harness.turns.submit(conversation, "count", model=model)
+    workflow_id = turn_workflow_id(conversation, 1)
+    pid = await running_step_pid(harness, workflow_id)
+    streams = await chunk_backend(harness)
+    try:
+        await wait_until(
+            lambda: _chunks(streams, workflow_id, at_least=5),
+            within=60,
+        )
+        [victim] = [w for w in workers if w.proc.pid == pid]
+        victim.kill()
+        result = await asyncio.wait_for(harness.turns.wait(conversation, request), 90)
+        assert result.status == "completed"
+        assert result.text.split() == WORDS.split(), "one reply, whole, once"
+        messages = await (await harness.store()).messages(conversation)
+        assert [m.role for m in messages] == ["user", "assistant"]
+        assert messages[1].text.split() == WORDS.split()
+        # the first attempt failed as a heartbeat timeout would, but by a liveness watcher:
+        # ActivityTaskFailed (not TimedOut), its cause naming the missed liveness beats
+        assert await activity_attempts(harness, workflow_id, "model_step") == [1, 2]
+        history = await harness.client.get_workflow_handle(workflow_id).fetch_history()
+        types = [e.event_type for e in history.events]
+        assert EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT not in types
+        [failed] = [
+            e.activity_task_failed_event_attributes.failure
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+        ]
+        assert "no liveness beat" in failed.message
+        assert failed.application_failure_info.type == "WorkerLost"
+        # the stream: one recovering event (the watcher's; the new attempt's is the same
+        # batch), and the live events hold the reply once
+        events = await streams.read(workflow_id)
+        [recovering] = [e for e in events if e.type == "recovering"]
+        assert recovering.data["reason"] == "worker_lost" and recovering.data["deaths"] == 1
+        assert recovering.attempt == 2 and "no liveness beat" in recovering.data["message"]
+        text = "".join(e.data.get("text", "") for e in live_events(events) if e.type == "chunk")
+        assert text.split() == WORDS.split()
+    finally:
+        await streams.close()
+
+
+async def _chunks(streams: Any, workflow_id: str, at_least: int) -> bool:
+    events = await streams.read(workflow_id)
+    return sum(e.type == "chunk" for e in events) >= at_least
+
+
+def _liveness(backend: MemoryBackend, worker: str, lost_after_s: float) -> Liveness:
+    return Liveness(
+        backend,
+        lambda: MemoryBackend(backend.name),
+        cast(Client, None),  # never used: no attempt is recovered here
+        worker,
+        lost_after_s,
+    )
+
+
+async def test_a_blocked_event_loop_is_not_a_death_but_silence_is() -> None:
+    backend = MemoryBackend(f"liveness-{uuid.uuid4().hex[:6]}")
+    busy = _liveness(backend, "busy", 0.3)
+    watcher = _liveness(backend, "watcher", 0.3)
+    await busy.start()
+    seen: list[list[str]] = []
+    stop = threading.Event()
+
+    def watch() -> None:  # the watcher's checks, on a loop the blocked one does not hold
+        async def looking() -> None:
+            while not stop.is_set():
+                seen.append(await watcher.check())
+                await asyncio.sleep(0.05)
+
+        asyncio.run(looking())
+
+    looker = threading.Thread(target=watch)
+    looker.start()
+    try:
+        await asyncio.sleep(0.2)
+        time.sleep(1.2)  # noqa: ASYNC251 -- the busy worker's event loop blocked 4× the lost-after time
+        await asyncio.sleep(0.2)
+        assert seen and not any(seen), "a blocked loop still beats (its own thread)"
+        await busy.stop(forget=False)  # as a SIGKILL: silent, found within lost-after
+        await wait_until(lambda: any("busy" in s for s in seen), within=10)
+    finally:
+        stop.set()
+        await asyncio.to_thread(looker.join)
+
+
+async def test_a_dead_workers_attempt_is_taken_by_one_watcher() -> None:
+    backend = MemoryBackend(f"liveness-{uuid.uuid4().hex[:6]}")
+    record = AttemptRecord(
+        "dG9rZW4=", "w/turn-1", "run", "default", "w/turn-1", None, False, 0, 1, 0
+    )
+    await backend.beat("dead")
+    await backend.attempt_started("dead", "run/1", record.body())
+    assert await backend.take_attempt("dead", "run/1")
+    assert not await backend.take_attempt("dead", "run/1"), "a second watcher gets nothing"
+    assert await backend.attempts_of("dead") == {}
+    assert AttemptRecord.parse(record.body()) == record
+    # the recovering event's writer is the one the next attempt's own announce uses
+    writer, attempt, deaths = record.recovering_writer()
+    assert (writer, attempt, deaths) == ("run/recovering:stream:0::2:1", 2, 1)
+
+
+@pytest.mark.parametrize("kind", ["sqlite"])
+async def test_sqlite_keeps_liveness_records(tmp_path: Any, kind: str) -> None:
+    from durable_turns.streams.sqlite import SQLiteStreamBackend
+
+    async with SQLiteStreamBackend(tmp_path / "chunks.db") as backend:
+        await backend.beat("a")
+        await backend.beat("a")
+        await backend.beat("b")
+        assert await backend.beats() == {"a": 2, "b": 1}
+        await backend.attempt_started("a", "k", "{}")
+        assert await backend.attempts_of("a") == {"k": "{}"}
+        assert await backend.take_attempt("a", "k") and not await backend.take_attempt("a", "k")
+        await backend.forget_worker("a")
+        assert await backend.beats() == {"b": 1}
