@@ -22,9 +22,10 @@ refused (``StreamNotOwned``); a run started elsewhere never takes a conversation
 A reader of a conversation's turn (``by_conversation=True``: the front door, the Python
 client) sees nothing at all until the conversation's run claimed the stream.
 
-Why it is long (about 780 lines): four marked sections (the event model, who owns a stream,
+Why it is long (about 870 lines): four marked sections (the event model, who owns a stream,
 the backend interface with its in-memory backend, the publisher) that every backend and
-every reader uses together; each backend lives in a module of its own.
+every reader uses together, and the backend's small side records (cancel marks, worker
+liveness) beside its chunks; each backend lives in a module of its own.
 """
 
 from __future__ import annotations
