@@ -235,8 +235,13 @@ class EmbeddedServer:
             cmd += ["--ui-codec-endpoint", codec]
         self.process = self._spawn(cmd)
         deadline = time.monotonic() + timeout_s
+        retries = PORT_RACE_RETRIES
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                if retries and self._lost_a_port_race():
+                    retries -= 1  # a port it picked itself was taken meanwhile: pick again
+                    self.process = self._spawn(cmd)
+                    continue
                 raise ServerStartError(
                     f"the embedded Temporal server exited with code {self.process.returncode}"
                     f" as it started; see {self.data_dir / 'temporal-server.log'}"
@@ -251,6 +256,22 @@ class EmbeddedServer:
         raise ServerStartError(
             f"the embedded Temporal server did not answer within {timeout_s:g}s;"
             f" see {self.data_dir / 'temporal-server.log'}"
+        )
+
+    def _lost_a_port_race(self) -> bool:
+        """Whether the server that just exited lost a port to another process: the dev
+        server picks its HTTP API and internal ports itself, free when it looked and taken
+        by the time it binds on a busy machine, while ours are still free."""
+        try:
+            with open(self.data_dir / "temporal-server.log", "rb") as log_file:
+                log_file.seek(0, os.SEEK_END)
+                log_file.seek(max(0, log_file.tell() - 64_000))
+                tail = log_file.read()
+        except OSError:
+            return False
+        ours = [self.port, *([self.ui_port] if self.ui else [])]
+        return b"address already in use" in tail and not any(
+            port_open(self.host, port) for port in ours
         )
 
     def _spawn(self, cmd: list[str]) -> subprocess.Popen[bytes]:
@@ -278,6 +299,10 @@ class EmbeddedServer:
             self.process.kill()
             self.process.wait()
 
+
+PORT_RACE_RETRIES = 2
+"""How many times :meth:`EmbeddedServer.start` starts the server again when it exited
+because a port it picked itself was taken before it could bind it."""
 
 PR_SET_PDEATHSIG = 1
 """``prctl`` option (linux/prctl.h): the signal a process gets when its parent dies."""
