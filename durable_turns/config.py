@@ -210,6 +210,13 @@ class Settings:
     """TURNS_CANCEL_CHECK_MS: how soon a model step learns of a cancelChat: each worker reads
     the cancel marks of all its steps every half of it (``streams.cancel``); a step without a
     mark (no chunk stream, a sub-agent's) heartbeats twice per it instead (0: neither)."""
+    max_concurrent_activities: int = 200
+    """TURNS_MAX_CONCURRENT_ACTIVITIES: the most activities (model steps, tools, hooks) one
+    worker process runs at once; past it they wait in the task queue for a free slot (and
+    ``turns state`` still answers). Each streaming turn holds one. It is a guard, not a
+    throttle: one worker core sustains fewer streaming turns than this (``bench.capacity``),
+    so CPU binds first; raise it with the cores a worker process has, lower it to cap
+    what one process takes on (memory, a model's rate limit)."""
     demo_dir: Path | None = None
     """TURNS_DEMO_DIR: the folder ``demo:<name>`` script files are read from (by name only);
     unset: only the built-in scripts."""
@@ -287,6 +294,7 @@ class Settings:
             client_tool_timeout_s=float(_env("TURNS_CLIENT_TOOL_TIMEOUT_S", "3600") or 3600),
             shutdown_grace_s=float(_env("TURNS_SHUTDOWN_GRACE_S", "10") or 0),
             cancel_check_ms=int(_env("TURNS_CANCEL_CHECK_MS", "500") or 0),
+            max_concurrent_activities=int(_env("TURNS_MAX_CONCURRENT_ACTIVITIES", "200") or 200),
             demo_dir=Path(demo) if (demo := _env("TURNS_DEMO_DIR")) else None,
             http_token=_env("TURNS_HTTP_TOKEN"),
             http_models=_split(_env("TURNS_HTTP_MODELS")),
@@ -327,6 +335,8 @@ class Settings:
             raise ValueError(f"TURNS_DEBOUNCE_MS must be 0 to {MAX_DEBOUNCE_MS}")
         if not 0 <= self.crash_retries <= MAX_CRASH_RETRIES:
             raise ValueError(f"TURNS_CRASH_RETRIES must be between 0 and {MAX_CRASH_RETRIES}")
+        if self.max_concurrent_activities < 1:
+            raise ValueError("TURNS_MAX_CONCURRENT_ACTIVITIES must be at least 1")
         if not 0 <= self.http_shutdown_grace_s <= 600:
             raise ValueError("TURNS_HTTP_SHUTDOWN_GRACE_S must be 0 to 600 (seconds)")
         if self.http_protocol not in (6, 7):
