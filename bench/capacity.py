@@ -3,8 +3,8 @@ process, pinned to one core, sustains at 60 tokens a second with an added inter-
 latency p99 ≤ 100 ms, beside what the direct SDK loop sustains on the same core in the
 same run.
 
-    python -m bench.capacity [--levels 10,20,40,80,160] [--tokens 600] [--rounds 3]
-                             [--refine 2] [--core 0]
+    python -m bench.capacity [--levels 10,20,40,80,160,320] [--tokens 600] [--rounds 3]
+                             [--refine 2] [--core 0] [--chunks sqlite|redis]
 
 The model is the replay server (``testkit/llm_server.py``, a process of its own) at a real
 model's pace: the first token 400 ms after the request, then 60 tokens a second, each token
@@ -17,7 +17,8 @@ process, the dev server, the replay server) is pinned to the other cores:
   stream=True)`` streams iterated to their end, timing each text delta as it arrives
   (``python -m bench.capacity floor``);
 * **durable-turns**: ``python worker.py`` at the defaults (SQLite store and chunk stream,
-  default hooks); this process starts N turns, each on a conversation of its own
+  default hooks; ``--chunks redis``: the chunk stream in a ``redis-server`` of the run's
+  own, on the other cores); this process starts N turns, each on a conversation of its own
   (``TurnsClient.start``), and reads each turn's chunk stream to its ``turn-finish``,
   timing each token as the reader gets it.
 
@@ -45,6 +46,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -70,7 +72,7 @@ from bench.common import (
 )
 from bench.cost import Floor, Mock
 from bench.cost_run import paced
-from bench.scale import TOKEN
+from bench.scale import TOKEN, Redis
 
 MODEL = "claude-sonnet-4-5"
 TOKENS_PER_S = 60.0
@@ -366,6 +368,9 @@ async def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any], dict
     from durable_turns.client import TurnsClient
     from durable_turns.codec import data_converter_from_env
 
+    task = asyncio.current_task()
+    assert task is not None  # SIGTERM unwinds like Ctrl-C: the processes below are stopped
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     cores = sorted(os.sched_getaffinity(0))
     others = set(cores) - {args.core} or set(cores)
     os.sched_setaffinity(0, others)  # this process, the dev server and the mock: not the core
@@ -374,12 +379,21 @@ async def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any], dict
     mock = Mock(tmp)
     floor: PinnedFloor | None = None
     worker: WorkerProcess | None = None
-    raw: dict[str, Any] = {"core": args.core, "others": sorted(others), "loadavg": [load_start]}
+    redis: Redis | None = None
+    raw: dict[str, Any] = {
+        "chunks": args.chunks,
+        "core": args.core,
+        "others": sorted(others),
+        "loadavg": [load_start],
+    }
     try:
         async with temporal_server(tmp) as (address, server):
             client = await Client.connect(address, data_converter=data_converter_from_env())
             queue = f"cap-{uuid.uuid4().hex[:6]}"
             stream = f"sqlite:///{tmp / f'chunks-{queue}.db'}"
+            if args.chunks == "redis":
+                redis = Redis(tmp)  # on the other cores, like the dev server
+                stream = f"{redis.url}?prefix={queue}:"
             env = {**engine_base_env(mock.base_url), "TURNS_CHUNK_STREAM_URL": stream}
             worker = await asyncio.to_thread(
                 start_pinned_worker, address, queue, tmp, args.core, env
@@ -453,11 +467,15 @@ async def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any], dict
             floor.stop()
         if worker is not None:
             worker.stop()
+        if redis is not None:
+            redis.stop()
         mock.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
     meta = run_meta(
         f"turns at {TOKENS_PER_S:g} tokens/s × {args.tokens} tokens, levels"
         f" {','.join(map(str, args.levels))} (+{args.refine} bisections), {args.rounds} rounds"
-        f" each, the worker and the floor pinned to core {args.core}",
+        f" each, the worker and the floor pinned to core {args.core}; chunk stream"
+        f" {args.chunks}",
         args.command,
         load_start,
         server,
@@ -556,10 +574,16 @@ def main(argv: list[str] | None = None) -> None:
         os.sched_setaffinity(0, {int(argv[1])})
         os.execv(argv[2], argv[2:])
     p = argparse.ArgumentParser(prog="python -m bench.capacity", description=__doc__.split("\n")[0])
-    p.add_argument("--levels", default="10,20,40,80,160", help="turns per level, rising")
+    p.add_argument("--levels", default="10,20,40,80,160,320", help="turns per level, rising")
     p.add_argument("--tokens", type=int, default=600, help="tokens per turn (one step)")
     p.add_argument("--rounds", type=int, default=3, help="rounds per level (medians)")
     p.add_argument("--refine", type=int, default=2, help="bisection steps past the doubling")
+    p.add_argument(
+        "--chunks",
+        choices=["sqlite", "redis"],
+        default="sqlite",
+        help="the engine's chunk stream (redis: a redis-server of the run's own)",
+    )
     p.add_argument("--core", type=int, default=0, help="the core the worker and floor run on")
     p.add_argument("--tmp", default="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
     p.add_argument("--out", default="capacity", help="results stem (bench/results/STEM.md)")
