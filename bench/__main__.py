@@ -184,7 +184,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-COMMANDS = {"fuzz": "bench.fuzz", "cost": "bench.cost"}
+COMMANDS = {"fuzz": "bench.fuzz", "cost": "bench.cost", "capacity": "bench.capacity"}
 """``python -m bench <command> …``: runs of their own, beside the benchmark sections."""
 
 

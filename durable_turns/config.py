@@ -215,6 +215,13 @@ class Settings:
     stream (one every sixth of it, from a thread of its own) before the other workers
     recover the model steps it ran, without waiting out their heartbeat timeout
     (``streams.liveness``; 0 or ``off``: only the heartbeat timeout)."""
+    max_concurrent_activities: int = 200
+    """TURNS_MAX_CONCURRENT_ACTIVITIES: the most activities (model steps, tools, hooks) one
+    worker process runs at once; past it they wait in the task queue for a free slot (and
+    ``turns state`` still answers). Each streaming turn holds one. It is a guard, not a
+    throttle: one worker core sustains fewer streaming turns than this (``bench.capacity``),
+    so CPU binds first; raise it with the cores a worker process has, lower it to cap
+    what one process takes on (memory, a model's rate limit)."""
     demo_dir: Path | None = None
     """TURNS_DEMO_DIR: the folder ``demo:<name>`` script files are read from (by name only);
     unset: only the built-in scripts."""
@@ -293,6 +300,7 @@ class Settings:
             shutdown_grace_s=float(_env("TURNS_SHUTDOWN_GRACE_S", "10") or 0),
             cancel_check_ms=int(_env("TURNS_CANCEL_CHECK_MS", "500") or 0),
             liveness_ms=_liveness_ms(_env("TURNS_LIVENESS_MS", "1200")),
+            max_concurrent_activities=int(_env("TURNS_MAX_CONCURRENT_ACTIVITIES", "200") or 200),
             demo_dir=Path(demo) if (demo := _env("TURNS_DEMO_DIR")) else None,
             http_token=_env("TURNS_HTTP_TOKEN"),
             http_models=_split(_env("TURNS_HTTP_MODELS")),
@@ -333,6 +341,8 @@ class Settings:
             raise ValueError(f"TURNS_DEBOUNCE_MS must be 0 to {MAX_DEBOUNCE_MS}")
         if not 0 <= self.crash_retries <= MAX_CRASH_RETRIES:
             raise ValueError(f"TURNS_CRASH_RETRIES must be between 0 and {MAX_CRASH_RETRIES}")
+        if self.max_concurrent_activities < 1:
+            raise ValueError("TURNS_MAX_CONCURRENT_ACTIVITIES must be at least 1")
         if not 0 <= self.http_shutdown_grace_s <= 600:
             raise ValueError("TURNS_HTTP_SHUTDOWN_GRACE_S must be 0 to 600 (seconds)")
         if self.http_protocol not in (6, 7):

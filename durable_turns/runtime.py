@@ -336,7 +336,7 @@ async def running_worker(
         client,
         task_queue=settings.task_queue,
         plugins=[plugin],
-        max_concurrent_activities=200,
+        max_concurrent_activities=settings.max_concurrent_activities,
         # A killed worker's cached workflows wait this long on its sticky queue before
         # another worker takes them (default 10 s); crash recovery should not.
         sticky_queue_schedule_to_start_timeout=STICKY_TIMEOUT,
