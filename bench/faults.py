@@ -544,15 +544,29 @@ def audit_turn(
 def disruptions(
     history: WorkflowHistory, since: float | None = None, until: float | None = None
 ) -> list[str]:
-    """What in a history shows a fault: retried activities, timed-out or failed tasks."""
+    """What in a history shows a fault: retried activities, timed-out or failed tasks and
+    activities (an activity's by its type: a failure by its message, e.g. liveness's)."""
     seen = []
+    types: dict[int, str] = {}
     for event in history.events:
+        kind = event.event_type
+        if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            types[event.event_id] = (
+                event.activity_task_scheduled_event_attributes.activity_type.name
+            )
         if (since is not None and event_epoch(event) < since) or (
             until is not None and event_epoch(event) > until
         ):
             continue
-        kind = event.event_type
-        if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+        if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+            attrs_f = event.activity_task_failed_event_attributes
+            name = types.get(attrs_f.scheduled_event_id, "?")
+            seen.append(f"activity failed: {name} ({attrs_f.failure.message[:60]})")
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+            attrs_o = event.activity_task_timed_out_event_attributes
+            name = types.get(attrs_o.scheduled_event_id, "?")
+            seen.append(f"activity_task_timed_out: {name}")
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             attrs = event.activity_task_started_event_attributes
             if attrs.attempt > 1:
                 why = attrs.last_failure.message[:60] if attrs.HasField("last_failure") else ""
@@ -562,10 +576,7 @@ def disruptions(
             seen.append(
                 f"workflow task timed out ({TimeoutType.Name(timeout).removeprefix('TIMEOUT_TYPE_').lower()})"
             )
-        elif kind in (
-            EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
-            EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
-        ):
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
             seen.append(EventType.Name(kind).removeprefix("EVENT_TYPE_").lower())
     return seen
 
