@@ -4,8 +4,11 @@ One run per store (SQLite, PostgreSQL or both):
 
 * a dev server with its data on disk (``--db-filename``), restarted once mid-run (SIGTERM,
   a pause of 1–3 s, started again on the same port and file);
-* 3 worker processes (``python worker.py``, ``TURNS_HEARTBEAT_TIMEOUT_S=2``,
-  ``TURNS_SHUTDOWN_GRACE_S=1``) on one task queue;
+* 3 worker processes (``python worker.py``) on one task queue, at the engine's defaults
+  (heartbeat timeout 30 s, shutdown grace 10 s, liveness 1200 ms) unless
+  ``--heartbeat-timeout-s``, ``--shutdown-grace-s`` or ``--liveness-ms`` set them (the runs
+  up to 2026-12-03 used ``--heartbeat-timeout-s 2 --shutdown-grace-s 1 --liveness-ms off``:
+  liveness did not exist yet);
 * N concurrent conversations, each sending M turns one after the other through
   ``TurnsClient.send`` (update-with-start; on any error the same request id is sent again).
   Each conversation plays its own ``demo:`` script: every turn streams 30 numbered words,
@@ -28,7 +31,8 @@ assistant reply per turn whose text is the script's full text; each tool call ha
 result; no turn is still running at the deadline. The report gives the counts (lost,
 duplicated, truncated, mismatched, failed, stuck) and the recovery time of the turns a
 fault hit: their latency beyond the scripted streaming time, minus the median of the same
-figure for unhit turns of the same shape.
+figure for unhit turns of the same shape, per fault kind (SIGKILL also alone: the turns no
+other fault touched).
 
 Writes ``bench/results/faults.md`` and ``.json`` (``--quick``: ``faults-quick.*``).
 Every loop is bounded in count and time; the run stops by itself.
@@ -72,6 +76,7 @@ from bench.common import (
 )
 from durable_turns.client import TurnsClient
 from durable_turns.codec import data_converter_from_env
+from durable_turns.config import Settings
 from durable_turns.contract import TurnInput
 from durable_turns.devserver import (
     FAST_DYNAMIC_CONFIG,
@@ -89,8 +94,6 @@ NETWORK_SHARE = 0.6
 """With ``--network``, the share of faults that break a link instead of a worker."""
 WORKERS = 3
 WORDS = 30
-HEARTBEAT_TIMEOUT_S = 2
-SHUTDOWN_GRACE_S = 1
 ATTEMPT_TIMEOUT_S = 90.0
 """One ``send`` attempt waits at most this long before it is sent again (same request id)."""
 MAX_ATTEMPTS = 30
@@ -541,15 +544,29 @@ def audit_turn(
 def disruptions(
     history: WorkflowHistory, since: float | None = None, until: float | None = None
 ) -> list[str]:
-    """What in a history shows a fault: retried activities, timed-out or failed tasks."""
+    """What in a history shows a fault: retried activities, timed-out or failed tasks and
+    activities (an activity's by its type: a failure by its message, e.g. liveness's)."""
     seen = []
+    types: dict[int, str] = {}
     for event in history.events:
+        kind = event.event_type
+        if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            types[event.event_id] = (
+                event.activity_task_scheduled_event_attributes.activity_type.name
+            )
         if (since is not None and event_epoch(event) < since) or (
             until is not None and event_epoch(event) > until
         ):
             continue
-        kind = event.event_type
-        if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+        if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+            attrs_f = event.activity_task_failed_event_attributes
+            name = types.get(attrs_f.scheduled_event_id, "?")
+            seen.append(f"activity failed: {name} ({attrs_f.failure.message[:60]})")
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+            attrs_o = event.activity_task_timed_out_event_attributes
+            name = types.get(attrs_o.scheduled_event_id, "?")
+            seen.append(f"activity_task_timed_out: {name}")
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             attrs = event.activity_task_started_event_attributes
             if attrs.attempt > 1:
                 why = attrs.last_failure.message[:60] if attrs.HasField("last_failure") else ""
@@ -559,10 +576,7 @@ def disruptions(
             seen.append(
                 f"workflow task timed out ({TimeoutType.Name(timeout).removeprefix('TIMEOUT_TYPE_').lower()})"
             )
-        elif kind in (
-            EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED,
-            EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT,
-        ):
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
             seen.append(EventType.Name(kind).removeprefix("EVENT_TYPE_").lower())
     return seen
 
@@ -674,9 +688,8 @@ async def run_store(store: str, args: argparse.Namespace, tmp: Path) -> dict[str
         queue,
         tmp,
         TURNS_STORE_URL=worker_store,
-        TURNS_HEARTBEAT_TIMEOUT_S=str(HEARTBEAT_TIMEOUT_S),
-        TURNS_SHUTDOWN_GRACE_S=str(SHUTDOWN_GRACE_S),
         TURNS_DEMO_DIR=str(scripts),
+        **worker_settings(args),
         **extra,
     )
     pool = Pool(env, tmp)
@@ -758,6 +771,31 @@ async def run_store(store: str, args: argparse.Namespace, tmp: Path) -> dict[str
         server.stop()
         if store == "postgres":
             await drop_schema(schema)
+
+
+def worker_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The recovery settings the workers run with: only those given on the command line (the
+    rest stay at the engine's defaults)."""
+    given = {
+        "TURNS_HEARTBEAT_TIMEOUT_S": args.heartbeat_timeout_s,
+        "TURNS_SHUTDOWN_GRACE_S": args.shutdown_grace_s,
+        "TURNS_LIVENESS_MS": args.liveness_ms,
+    }
+    return {
+        k: f"{v:g}" if isinstance(v, float) else str(v) for k, v in given.items() if v is not None
+    }
+
+
+def describe_settings(env: dict[str, str]) -> str:
+    """The workers' recovery settings for the report, defaults named as such."""
+    defaults = {
+        "TURNS_HEARTBEAT_TIMEOUT_S": f"{Settings.heartbeat_timeout_s:g}",
+        "TURNS_SHUTDOWN_GRACE_S": f"{Settings.shutdown_grace_s:g}",
+        "TURNS_LIVENESS_MS": str(Settings.liveness_ms),
+    }
+    return ", ".join(
+        f"`{k}={env[k]}`" if k in env else f"{k} {v} (default)" for k, v in defaults.items()
+    )
 
 
 def quiet_runtime() -> Runtime:
@@ -934,6 +972,7 @@ def classify(
         "unhit_latency_s": stats([t["latency_s"] for t in turns if not t["hit_by"]]),
         "hit_any": extra(lambda t: t["hit_by"]),
         "hit_SIGKILL": extra(lambda t: "SIGKILL" in t["hit_by"] and "restart" not in t["hit_by"]),
+        "hit_SIGKILL_alone": extra(lambda t: t["hit_by"] == ["SIGKILL"]),
         "hit_SIGTERM": extra(lambda t: t["hit_by"] == ["SIGTERM"]),
         "hit_restart": extra(lambda t: "restart" in t["hit_by"]),
         "hit_network": extra(lambda t: t["hit_by"] == ["network"]),
@@ -1003,7 +1042,12 @@ def table(reports: list[dict[str, Any]]) -> list[list[str]]:
             lambda r: fmt_stats(r["recovery"]["hit_any"]),
         ),
         ("… SIGKILL", lambda r: fmt_stats(r["recovery"]["hit_SIGKILL"])),
+        (
+            "… SIGKILL alone (no other fault in the turn)",
+            lambda r: fmt_stats(r["recovery"].get("hit_SIGKILL_alone", {})),
+        ),
         ("… SIGTERM", lambda r: fmt_stats(r["recovery"]["hit_SIGTERM"])),
+        ("SIGTERM: the worker's exit after", lambda r: fmt_stats(r.get("sigterm_exit_s", {}))),
         ("… server restart", lambda r: fmt_stats(r["recovery"]["hit_restart"])),
         ("… network only", lambda r: fmt_stats(r["recovery"].get("hit_network", {}))),
         (
@@ -1039,8 +1083,8 @@ def render_markdown(
         + "".join(f" --sqlite-pragma {p}" for p in SQLITE_PRAGMAS)
         + f"`, dynamic config {', '.join('`' + v + '`' for v in FAST_DYNAMIC_CONFIG)}; restarted once"
         " mid-run (SIGTERM, 1–3 s down, same port and file)",
-        f"- workers: {WORKERS} × `python worker.py`, `TURNS_HEARTBEAT_TIMEOUT_S={HEARTBEAT_TIMEOUT_S}`,"
-        f" `TURNS_SHUTDOWN_GRACE_S={SHUTDOWN_GRACE_S}`; a fault every {meta['every']} s"
+        f"- workers: {WORKERS} × `python worker.py`, {meta['settings']}; a fault every"
+        f" {meta['every']} s"
         " (SIGKILL or SIGTERM to a random live worker while another is live, its replacement"
         " started in the background; with the network faults, 60 % of them break one worker"
         " link for 1–6 s instead, and the other kind is chosen when every link is broken or no"
@@ -1105,6 +1149,22 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tmp", help="where the server's database and the stores live")
     parser.add_argument("--out", help="results file stem under bench/results/")
     parser.add_argument(
+        "--heartbeat-timeout-s",
+        type=float,
+        help="the workers' TURNS_HEARTBEAT_TIMEOUT_S (default: the engine's, 30 s; the runs up"
+        " to 2026-12-03 used 2)",
+    )
+    parser.add_argument(
+        "--shutdown-grace-s",
+        type=float,
+        help="the workers' TURNS_SHUTDOWN_GRACE_S (default: the engine's, 10 s; earlier runs: 1)",
+    )
+    parser.add_argument(
+        "--liveness-ms",
+        help="the workers' TURNS_LIVENESS_MS, or off (default: the engine's, 1200 ms; earlier"
+        " runs: off, liveness did not exist yet)",
+    )
+    parser.add_argument(
         "--network",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -1134,6 +1194,7 @@ async def main(argv: list[str] | None = None) -> int:
         "python": sys.version.split()[0],
         "versions": versions(),
         "every": f"{args.every_min:g}–{args.every_max:g}",
+        "settings": describe_settings(worker_settings(args)),
         "args": {k: v for k, v in vars(args).items() if k != "tmp"},
     }
     probe = await asyncio.create_subprocess_exec(
