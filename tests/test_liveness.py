@@ -18,6 +18,7 @@ from temporalio.client import Client
 from durable_turns.contract import turn_workflow_id
 from durable_turns.streams.base import MemoryBackend, live_events
 from durable_turns.streams.liveness import AttemptRecord, Liveness
+from durable_turns.workflows.options import HANDED_OVER_WAIT
 from tests.support.harness import Harness, WorkerProcess
 from tests.support.history import activity_attempts
 from tests.support.probes import chunk_backend, wait_until
@@ -91,6 +92,14 @@ async def test_sigterm_mid_stream_hands_the_step_over_at_once(harness: Harness) 
         failed = await _whole_once_after_one_failure(harness, conversation, request, workflow_id)
         assert failed.application_failure_info.type == "WorkerShutdown"
         assert "handed over" in failed.message
+        # the turn retried it on a 50 ms timer (a hand-over weighs nothing), not the 1 s of a loss
+        history = await harness.client.get_workflow_handle(workflow_id).fetch_history()
+        [timer] = [
+            e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED
+        ]
+        assert timer == HANDED_OVER_WAIT
         # the stream: one recovering event, and the live events hold the reply once
         events = await streams.read(workflow_id)
         [recovering] = [e for e in events if e.type == "recovering"]

@@ -18,6 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError,
 
 from durable_turns.contract import (
     CHAT_RESPONSE,
+    HANDED_OVER_KEY,
     HOOK_ERROR,
     INVALID_MODEL,
     INVALID_REQUEST,
@@ -111,6 +112,17 @@ def is_lost(err: ActivityError) -> bool:
     )
 
 
+def is_handed_over(err: ActivityError) -> bool:
+    """Whether the attempt's worker, shutting down, handed it over at once (a ``WorkerShutdown``
+    with ``HANDED_OVER_KEY`` in its details: ``streams.liveness``'s ``hand_over``)."""
+    cause = err.cause
+    return (
+        isinstance(cause, ApplicationError)
+        and cause.type == WORKER_SHUTDOWN
+        and any(isinstance(d, dict) and d.get(HANDED_OVER_KEY) is True for d in cause.details)
+    )
+
+
 def is_final(err: ActivityError, final_types: Collection[str]) -> bool:
     """Whether a failure is not retried at all: a cancel, a non-retryable error."""
     cause = err.cause
@@ -166,6 +178,11 @@ def crash_cost(deaths: Sequence[Death]) -> Fraction:
 DEATH_WAIT_MOST_S = 10.0
 """The longest wait before an attempt after a loss (its heartbeat timeout was waited already)."""
 
+HANDED_OVER_WAIT = timedelta(milliseconds=50)
+"""The wait before the next attempt after a hand-over (``is_handed_over``): its worker left
+in order, on purpose, and another one is there; nothing to back off from. A timer still,
+so the commands are those of any other loss (only its duration differs: no patch)."""
+
 
 def death_wait(deaths: int, timeouts: Sequence[Death]) -> timedelta:
     """The wait before the next attempt after ``deaths`` losses, ``timeouts`` the heartbeat
@@ -212,7 +229,7 @@ async def with_budgets(
     with what they weigh, at most 10 s: ``death_wait``): a
     few events per retry in the history, none when the first attempt succeeds. ``on_retry``
     sees each failure that is retried, before the wait (``recovery.Tracker.note``)."""
-    deaths = failures = 0
+    deaths = failures = handovers = 0
     timeouts: list[Death] = []
     attempt = 1
     while True:
@@ -237,7 +254,10 @@ async def with_budgets(
                         type=WORKER_CRASH_LOOP,
                         non_retryable=True,
                     ) from err
-                wait, why = death_wait(deaths, timeouts), f"worker died ({deaths})"
+                wait, why = death_wait(deaths - handovers, timeouts), f"worker died ({deaths})"
+                if is_handed_over(err):  # weighs nothing: no wait, none added to later ones
+                    handovers += 1
+                    wait = HANDED_OVER_WAIT
             else:
                 failures += 1
                 if tries > 0 and failures >= tries:

@@ -27,10 +27,10 @@ model steps at once (``hand_over``, before Temporal's graceful shutdown would le
 stream on for the grace and then re-run them from scratch): the ``recovering`` event, the
 sticky queue reset, the fail by task token (as ``WorkerShutdown``: counted with the losses
 of the infrastructure, not the turn's crash budget), then the step cancelled where it runs,
-so it streams no more and saves nothing; the next attempt starts on another worker about a
-second later (the turn's retry wait). Only when another worker beats: alone, a step may
-still end within the grace. Tool calls are left to the grace (a tool may not be safe to run
-twice).
+so it streams no more and saves nothing. Its failure says it was handed over, so the turn
+starts the next attempt on another worker after a 50 ms timer, not the 1 s of a loss. Only
+when another worker beats: alone, a step may still end within the grace. Tool calls are
+left to the grace (a tool may not be safe to run twice).
 
 A worker declared dead that is in fact alive (cut off from the backend, or starved of CPU
 for longer than ``lost_after``) is safe: its activity's completion, heartbeats and fails
@@ -58,7 +58,7 @@ from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from durable_turns.contract import SHARE_KEY, WORKER_LOST, WORKER_SHUTDOWN
+from durable_turns.contract import HANDED_OVER_KEY, SHARE_KEY, WORKER_LOST, WORKER_SHUTDOWN
 from durable_turns.streams.base import RECOVERING, ChunkStreamBackend, encode_event
 
 log = logging.getLogger(__name__)
@@ -235,7 +235,8 @@ class Liveness:
                 record.attempt,
                 message,
             )
-            error = ApplicationError(message, {SHARE_KEY: self.worker}, type=WORKER_SHUTDOWN)
+            details = {SHARE_KEY: self.worker, HANDED_OVER_KEY: True}  # no retry wait
+            error = ApplicationError(message, details, type=WORKER_SHUTDOWN)
             try:
                 await self._end_attempt(record, "worker_shutdown", error)
             finally:
