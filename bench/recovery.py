@@ -201,8 +201,9 @@ async def run(
                     stats(term_chunk), f"no hand-over (liveness off): {stats(term_chunk_off)}",
                     median(term_chunk) / median(term_chunk_off), "p95 ≤ 1 s",
                     "met" if percentile(term_chunk, 95) <= 1 else "MISSED",
-                    note="the next attempt's first chunk: the turn's retry wait after a lost"
-                    " attempt (1 s, a durable timer) and the new attempt's first token"))  # fmt: skip
+                    note="the next attempt's first chunk: the hand-over (fail by task token),"
+                    " a workflow task (no retry timer: patch handover), the new attempt's"
+                    " start and its first token"))  # fmt: skip
     rows.append(Row("1", "SIGTERM → recovering event on the stream, hand-over",
                     stats(timed(term_on, "recovering")),
                     f"no hand-over: {stats(timed(term_off, 'recovering'))}",

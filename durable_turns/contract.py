@@ -215,7 +215,9 @@ WORKER_SHUTDOWN = "WorkerShutdown"
 HANDED_OVER_KEY = "handed_over"
 """A detail of a ``WorkerShutdown`` failure (``{HANDED_OVER_KEY: True}``): the worker, shutting
 down, handed its running model step over at once (``streams.liveness``'s ``hand_over``), so
-the next attempt need not wait (``workflows.options.death_wait``)."""
+the next attempt need not wait (``workflows.options.with_budgets``)."""
+HANDOVER_PATCH = "handover"
+"""The patch under which a turn retries a handed-over attempt at once, with no timer."""
 WORKER_LOST = "WorkerLost"
 """A model step's worker stopped beating in the chunk stream (``streams.liveness``): another
 worker failed the attempt for it, a heartbeat timeout ahead of time (details: the dead

@@ -14,11 +14,12 @@ from typing import Any, cast
 import pytest
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 
-from durable_turns.contract import turn_workflow_id
+from durable_turns.contract import HANDED_OVER_KEY, SHARE_KEY, turn_workflow_id
 from durable_turns.streams.base import MemoryBackend, live_events
 from durable_turns.streams.liveness import AttemptRecord, Liveness
-from durable_turns.workflows.options import HANDED_OVER_WAIT
+from durable_turns.workflows.options import is_handed_over
 from tests.support.harness import Harness, WorkerProcess
 from tests.support.history import activity_attempts
 from tests.support.probes import chunk_backend, wait_until
@@ -92,14 +93,13 @@ async def test_sigterm_mid_stream_hands_the_step_over_at_once(harness: Harness) 
         failed = await _whole_once_after_one_failure(harness, conversation, request, workflow_id)
         assert failed.application_failure_info.type == "WorkerShutdown"
         assert "handed over" in failed.message
-        # the turn retried it on a 50 ms timer (a hand-over weighs nothing), not the 1 s of a loss
+        # the turn retried it with no timer (patch handover), not after the 1 s of a loss
         history = await harness.client.get_workflow_handle(workflow_id).fetch_history()
-        [timer] = [
-            e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
-            for e in history.events
-            if e.event_type == EventType.EVENT_TYPE_TIMER_STARTED
-        ]
-        assert timer == HANDED_OVER_WAIT
+        types = [e.event_type for e in history.events]
+        assert EventType.EVENT_TYPE_TIMER_STARTED not in types
+        assert any(
+            e.marker_recorded_event_attributes.marker_name == "core_patch" for e in history.events
+        )
         # the stream: one recovering event, and the live events hold the reply once
         events = await streams.read(workflow_id)
         [recovering] = [e for e in events if e.type == "recovering"]
@@ -233,3 +233,26 @@ async def test_sqlite_keeps_liveness_records(tmp_path: Any, kind: str) -> None:
         assert await backend.take_attempt("a", "k") and not await backend.take_attempt("a", "k")
         await backend.forget_worker("a")
         assert await backend.beats() == {"b": 1}
+
+
+def test_a_hand_over_is_told_apart_from_a_shutdown_past_its_grace() -> None:
+    def failed(cause: ApplicationError) -> ActivityError:
+        err = ActivityError(
+            "activity failed",
+            scheduled_event_id=1,
+            started_event_id=2,
+            identity="w",
+            activity_type="model_step",
+            activity_id="1",
+            retry_state=RetryState.MAXIMUM_ATTEMPTS_REACHED,
+        )
+        err.__cause__ = cause
+        return err
+
+    handed = {SHARE_KEY: "w", HANDED_OVER_KEY: True}
+    assert is_handed_over(failed(ApplicationError("x", handed, type="WorkerShutdown")))
+    assert not is_handed_over(failed(ApplicationError("x", type="WorkerShutdown")))
+    assert not is_handed_over(failed(ApplicationError("x", handed, type="WorkerLost")))
+    assert not is_handed_over(
+        failed(ApplicationError("x", {HANDED_OVER_KEY: 1}, type="WorkerShutdown"))
+    )

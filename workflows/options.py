@@ -19,6 +19,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError,
 from durable_turns.contract import (
     CHAT_RESPONSE,
     HANDED_OVER_KEY,
+    HANDOVER_PATCH,
     HOOK_ERROR,
     INVALID_MODEL,
     INVALID_REQUEST,
@@ -178,11 +179,6 @@ def crash_cost(deaths: Sequence[Death]) -> Fraction:
 DEATH_WAIT_MOST_S = 10.0
 """The longest wait before an attempt after a loss (its heartbeat timeout was waited already)."""
 
-HANDED_OVER_WAIT = timedelta(milliseconds=50)
-"""The wait before the next attempt after a hand-over (``is_handed_over``): its worker left
-in order, on purpose, and another one is there; nothing to back off from. A timer still,
-so the commands are those of any other loss (only its duration differs: no patch)."""
-
 
 def death_wait(deaths: int, timeouts: Sequence[Death]) -> timedelta:
     """The wait before the next attempt after ``deaths`` losses, ``timeouts`` the heartbeat
@@ -226,11 +222,13 @@ async def with_budgets(
     ``WorkerCrashLoop`` naming ``stage`` (``kind``, the Think stage, is its first detail).
     Each retry waits with backoff on a durable timer (1 s doubling, at most ``most_wait_s``
     after failures; after losses, whose heartbeat timeout has been waited already, doubling
-    with what they weigh, at most 10 s: ``death_wait``): a
-    few events per retry in the history, none when the first attempt succeeds. ``on_retry``
+    with what they weigh, at most 10 s: ``death_wait``; after a hand-over, none: its worker
+    left on purpose and another one is there, under patch ``handover``): a few events per
+    retry in the history, none when the first attempt succeeds. ``on_retry``
     sees each failure that is retried, before the wait (``recovery.Tracker.note``)."""
     deaths = failures = handovers = 0
     timeouts: list[Death] = []
+    wait: timedelta | None
     attempt = 1
     while True:
         try:
@@ -255,9 +253,9 @@ async def with_budgets(
                         non_retryable=True,
                     ) from err
                 wait, why = death_wait(deaths - handovers, timeouts), f"worker died ({deaths})"
-                if is_handed_over(err):  # weighs nothing: no wait, none added to later ones
-                    handovers += 1
-                    wait = HANDED_OVER_WAIT
+                if is_handed_over(err) and workflow.patched(HANDOVER_PATCH):
+                    handovers += 1  # weighs nothing: no wait, none added to later ones
+                    wait = None
             else:
                 failures += 1
                 if tries > 0 and failures >= tries:
@@ -269,7 +267,8 @@ async def with_budgets(
             if on_retry is not None:
                 on_retry(err)
             attempt += 1
-            await workflow.sleep(wait, summary=f"retry {stage}: {why}")
+            if wait is not None:
+                await workflow.sleep(wait, summary=f"retry {stage}: {why}")
 
 
 def _crash_loop(

@@ -28,7 +28,7 @@ stream on for the grace and then re-run them from scratch): the ``recovering`` e
 sticky queue reset, the fail by task token (as ``WorkerShutdown``: counted with the losses
 of the infrastructure, not the turn's crash budget), then the step cancelled where it runs,
 so it streams no more and saves nothing. Its failure says it was handed over, so the turn
-starts the next attempt on another worker after a 50 ms timer, not the 1 s of a loss. Only
+starts the next attempt on another worker at once, with no retry timer (patch ``handover``). Only
 when another worker beats: alone, a step may still end within the grace. Tool calls are
 left to the grace (a tool may not be safe to run twice).
 
