@@ -212,6 +212,12 @@ MESSAGE_ID_CONFLICT = "MessageIdConflict"
 """A request reuses one message id for two messages."""
 WORKER_SHUTDOWN = "WorkerShutdown"
 """A worker stopped mid-step past its shutdown grace: the step is re-run in full."""
+HANDED_OVER_KEY = "handed_over"
+"""A detail of a ``WorkerShutdown`` failure (``{HANDED_OVER_KEY: True}``): the worker, shutting
+down, handed its running model step over at once (``streams.liveness``'s ``hand_over``), so
+the next attempt need not wait (``workflows.options.with_budgets``)."""
+HANDOVER_PATCH = "handover"
+"""The patch under which a turn retries a handed-over attempt at once, with no timer."""
 WORKER_LOST = "WorkerLost"
 """A model step's worker stopped beating in the chunk stream (``streams.liveness``): another
 worker failed the attempt for it, a heartbeat timeout ahead of time (details: the dead

@@ -63,6 +63,10 @@ T = TypeVar("T")
 
 STICKY_TIMEOUT = timedelta(seconds=2)
 
+HAND_OVER_AFTER_S = 0.02
+"""On shutdown, how long after its start the model steps are handed over: the worker has
+stopped polling by then, so the turns' next tasks go to the other workers."""
+
 WORKFLOWS = [ConversationWorkflow, TurnWorkflow]
 
 
@@ -367,7 +371,13 @@ async def running_worker(
             yield worker
         finally:
             if not run.done():
-                await worker.shutdown()
+                # Polling stops first (the shutdown's first move), then the model steps
+                # still running here move on to the other workers at once; tool calls get
+                # the grace (``TURNS_SHUTDOWN_GRACE_S``) to finish.
+                shutdown = asyncio.create_task(worker.shutdown())
+                await asyncio.sleep(HAND_OVER_AFTER_S)
+                await plugin.hand_over()
+                await shutdown
             await run
 
 

@@ -1,6 +1,7 @@
 """Liveness (``streams.liveness``): a SIGKILLed worker's model step is recovered by another
-worker from the liveness records in the chunk stream, long before its heartbeat timeout;
-a worker whose event loop is merely blocked is not declared dead."""
+worker from the liveness records in the chunk stream, long before its heartbeat timeout; a
+SIGTERMed worker hands its model step over at once; a worker whose event loop is merely
+blocked is not declared dead."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ from typing import Any, cast
 import pytest
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 
-from durable_turns.contract import turn_workflow_id
+from durable_turns.contract import HANDED_OVER_KEY, SHARE_KEY, turn_workflow_id
 from durable_turns.streams.base import MemoryBackend, live_events
 from durable_turns.streams.liveness import AttemptRecord, Liveness
-from tests.support.harness import Harness
+from durable_turns.workflows.options import is_handed_over
+from tests.support.harness import Harness, WorkerProcess
 from tests.support.history import activity_attempts
 from tests.support.probes import chunk_backend, wait_until
 
@@ -52,38 +55,13 @@ async def test_sigkill_mid_stream_is_recovered_before_the_heartbeat_timeout(
     harness: Harness,
 ) -> None:
     # A heartbeat timeout of 120 s: only liveness can retry the step within the test's wait.
-    env = {"TURNS_HEARTBEAT_TIMEOUT_S": "120", "TURNS_STALL_TIMEOUT_MS": "240000"}
-    workers = [harness.start_worker(**env), harness.start_worker(**env)]
-    model = harness.script([{"text": WORDS, "delay_ms": 100}])
-    conversation = harness.conv("liveness")
-    request = await harness.turns.submit(conversation, "count", model=model)
+    victim, conversation, request, streams = await _mid_stream_on_two(harness, "liveness")
     workflow_id = turn_workflow_id(conversation, 1)
-    pid = await running_step_pid(harness, workflow_id)
-    streams = await chunk_backend(harness)
     try:
-        await wait_until(
-            lambda: _chunks(streams, workflow_id, at_least=5),
-            within=60,
-        )
-        [victim] = [w for w in workers if w.proc.pid == pid]
         victim.kill()
-        result = await asyncio.wait_for(harness.turns.wait(conversation, request), 90)
-        assert result.status == "completed"
-        assert result.text.split() == WORDS.split(), "one reply, whole, once"
-        messages = await (await harness.store()).messages(conversation)
-        assert [m.role for m in messages] == ["user", "assistant"]
-        assert messages[1].text.split() == WORDS.split()
         # the first attempt failed as a heartbeat timeout would, but by a liveness watcher:
         # ActivityTaskFailed (not TimedOut), its cause naming the missed liveness beats
-        assert await activity_attempts(harness, workflow_id, "model_step") == [1, 2]
-        history = await harness.client.get_workflow_handle(workflow_id).fetch_history()
-        types = [e.event_type for e in history.events]
-        assert EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT not in types
-        [failed] = [
-            e.activity_task_failed_event_attributes.failure
-            for e in history.events
-            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
-        ]
+        failed = await _whole_once_after_one_failure(harness, conversation, request, workflow_id)
         assert "no liveness beat" in failed.message
         assert failed.application_failure_info.type == "WorkerLost"
         # the stream: one recovering event (the watcher's; the new attempt's is the same
@@ -96,6 +74,88 @@ async def test_sigkill_mid_stream_is_recovered_before_the_heartbeat_timeout(
         assert text.split() == WORDS.split()
     finally:
         await streams.close()
+
+
+async def test_sigterm_mid_stream_hands_the_step_over_at_once(harness: Harness) -> None:
+    """A deploy's SIGTERM with another worker alive: the dying worker fails its running
+    model step itself (``Liveness.hand_over``) instead of streaming on for the grace, and
+    exits without waiting for it; the step runs again on the other worker, whole, once."""
+    # a grace and a heartbeat timeout far past the test's waits: only the hand-over moves it
+    victim, conversation, request, streams = await _mid_stream_on_two(
+        harness, "handover", TURNS_SHUTDOWN_GRACE_S="300"
+    )
+    workflow_id = turn_workflow_id(conversation, 1)
+    try:
+        victim.terminate()
+        # it exits without waiting out its 300 s grace for the step
+        assert await asyncio.to_thread(victim.proc.wait, 60) == 0, victim.log_tail()
+        # the first attempt failed by the hand-over (not cancelled after a grace, nor timed out)
+        failed = await _whole_once_after_one_failure(harness, conversation, request, workflow_id)
+        assert failed.application_failure_info.type == "WorkerShutdown"
+        assert "handed over" in failed.message
+        # the turn retried it with no timer (patch handover), not after the 1 s of a loss
+        history = await harness.client.get_workflow_handle(workflow_id).fetch_history()
+        types = [e.event_type for e in history.events]
+        assert EventType.EVENT_TYPE_TIMER_STARTED not in types
+        assert any(
+            e.marker_recorded_event_attributes.marker_name == "core_patch" for e in history.events
+        )
+        # the stream: one recovering event, and the live events hold the reply once
+        events = await streams.read(workflow_id)
+        [recovering] = [e for e in events if e.type == "recovering"]
+        assert recovering.data["reason"] == "worker_shutdown" and recovering.attempt == 2
+        text = "".join(e.data.get("text", "") for e in live_events(events) if e.type == "chunk")
+        assert text.split() == WORDS.split()
+        assert "handed over" in victim.log_tail(200_000)
+    finally:
+        await streams.close()
+
+
+async def _mid_stream_on_two(
+    harness: Harness, name: str, **env: str
+) -> tuple[WorkerProcess, str, str, Any]:
+    """Two workers (a 120 s heartbeat timeout), a turn streaming a paced reply on one of
+    them, a few chunks out: that worker, the conversation, the request and the chunk stream
+    (the caller closes it)."""
+    env = {"TURNS_HEARTBEAT_TIMEOUT_S": "120", "TURNS_STALL_TIMEOUT_MS": "240000", **env}
+    workers = [harness.start_worker(**env), harness.start_worker(**env)]
+    model = harness.script([{"text": WORDS, "delay_ms": 100}])
+    conversation = harness.conv(name)
+    request = await harness.turns.submit(conversation, "count", model=model)
+    workflow_id = turn_workflow_id(conversation, 1)
+    pid = await running_step_pid(harness, workflow_id)
+    streams = await chunk_backend(harness)
+    try:
+        await wait_until(lambda: _chunks(streams, workflow_id, at_least=5), within=60)
+    except BaseException:
+        await streams.close()
+        raise
+    [victim] = [w for w in workers if w.proc.pid == pid]
+    return victim, conversation, request, streams
+
+
+async def _whole_once_after_one_failure(
+    harness: Harness, conversation: str, request: str, workflow_id: str
+) -> Any:
+    """The turn completed with the reply whole, once, after one failed model-step attempt
+    (neither timed out nor cancelled): that attempt's failure."""
+    result = await asyncio.wait_for(harness.turns.wait(conversation, request), 90)
+    assert result.status == "completed"
+    assert result.text.split() == WORDS.split(), "one reply, whole, once"
+    messages = await (await harness.store()).messages(conversation)
+    assert [m.role for m in messages] == ["user", "assistant"]
+    assert messages[1].text.split() == WORDS.split()
+    assert await activity_attempts(harness, workflow_id, "model_step") == [1, 2]
+    history = await harness.client.get_workflow_handle(workflow_id).fetch_history()
+    types = [e.event_type for e in history.events]
+    assert EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT not in types
+    assert EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED not in types
+    [failed] = [
+        e.activity_task_failed_event_attributes.failure
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+    ]
+    return failed
 
 
 async def _chunks(streams: Any, workflow_id: str, at_least: int) -> bool:
@@ -173,3 +233,26 @@ async def test_sqlite_keeps_liveness_records(tmp_path: Any, kind: str) -> None:
         assert await backend.take_attempt("a", "k") and not await backend.take_attempt("a", "k")
         await backend.forget_worker("a")
         assert await backend.beats() == {"b": 1}
+
+
+def test_a_hand_over_is_told_apart_from_a_shutdown_past_its_grace() -> None:
+    def failed(cause: ApplicationError) -> ActivityError:
+        err = ActivityError(
+            "activity failed",
+            scheduled_event_id=1,
+            started_event_id=2,
+            identity="w",
+            activity_type="model_step",
+            activity_id="1",
+            retry_state=RetryState.MAXIMUM_ATTEMPTS_REACHED,
+        )
+        err.__cause__ = cause
+        return err
+
+    handed = {SHARE_KEY: "w", HANDED_OVER_KEY: True}
+    assert is_handed_over(failed(ApplicationError("x", handed, type="WorkerShutdown")))
+    assert not is_handed_over(failed(ApplicationError("x", type="WorkerShutdown")))
+    assert not is_handed_over(failed(ApplicationError("x", handed, type="WorkerLost")))
+    assert not is_handed_over(
+        failed(ApplicationError("x", {HANDED_OVER_KEY: 1}, type="WorkerShutdown"))
+    )

@@ -18,6 +18,8 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError,
 
 from durable_turns.contract import (
     CHAT_RESPONSE,
+    HANDED_OVER_KEY,
+    HANDOVER_PATCH,
     HOOK_ERROR,
     INVALID_MODEL,
     INVALID_REQUEST,
@@ -108,6 +110,17 @@ def is_lost(err: ActivityError) -> bool:
         isinstance(cause, ApplicationError)
         and cause.type == WORKER_LOST
         and workflow.patched(LIVENESS_PATCH)
+    )
+
+
+def is_handed_over(err: ActivityError) -> bool:
+    """Whether the attempt's worker, shutting down, handed it over at once (a ``WorkerShutdown``
+    with ``HANDED_OVER_KEY`` in its details: ``streams.liveness``'s ``hand_over``)."""
+    cause = err.cause
+    return (
+        isinstance(cause, ApplicationError)
+        and cause.type == WORKER_SHUTDOWN
+        and any(isinstance(d, dict) and d.get(HANDED_OVER_KEY) is True for d in cause.details)
     )
 
 
@@ -209,11 +222,13 @@ async def with_budgets(
     ``WorkerCrashLoop`` naming ``stage`` (``kind``, the Think stage, is its first detail).
     Each retry waits with backoff on a durable timer (1 s doubling, at most ``most_wait_s``
     after failures; after losses, whose heartbeat timeout has been waited already, doubling
-    with what they weigh, at most 10 s: ``death_wait``): a
-    few events per retry in the history, none when the first attempt succeeds. ``on_retry``
+    with what they weigh, at most 10 s: ``death_wait``; after a hand-over, none: its worker
+    left on purpose and another one is there, under patch ``handover``): a few events per
+    retry in the history, none when the first attempt succeeds. ``on_retry``
     sees each failure that is retried, before the wait (``recovery.Tracker.note``)."""
-    deaths = failures = 0
+    deaths = failures = handovers = 0
     timeouts: list[Death] = []
+    wait: timedelta | None
     attempt = 1
     while True:
         try:
@@ -237,7 +252,10 @@ async def with_budgets(
                         type=WORKER_CRASH_LOOP,
                         non_retryable=True,
                     ) from err
-                wait, why = death_wait(deaths, timeouts), f"worker died ({deaths})"
+                wait, why = death_wait(deaths - handovers, timeouts), f"worker died ({deaths})"
+                if is_handed_over(err) and workflow.patched(HANDOVER_PATCH):
+                    handovers += 1  # weighs nothing: no wait, none added to later ones
+                    wait = None
             else:
                 failures += 1
                 if tries > 0 and failures >= tries:
@@ -249,7 +267,8 @@ async def with_budgets(
             if on_retry is not None:
                 on_retry(err)
             attempt += 1
-            await workflow.sleep(wait, summary=f"retry {stage}: {why}")
+            if wait is not None:
+                await workflow.sleep(wait, summary=f"retry {stage}: {why}")
 
 
 def _crash_loop(

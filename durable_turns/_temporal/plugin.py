@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -39,6 +40,11 @@ from durable_turns.activities.heartbeats import SharedWorker
 from durable_turns.config import Settings
 
 PLUGIN_NAME = "durable-turns"
+
+HAND_OVER_S = 5.0
+"""The longest a shutdown waits for its model steps to be handed over (then the grace holds)."""
+
+log = logging.getLogger(__name__)
 
 
 class DurableTurnsPlugin(SimplePlugin):
@@ -202,6 +208,22 @@ class DurableTurnsPlugin(SimplePlugin):
         finally:
             await deps.models.aclose()
             await deps.store.close()
+
+    async def hand_over(self, timeout_s: float = HAND_OVER_S) -> int:
+        """Hand this worker's running model steps over to the other workers at once
+        (``streams.liveness``'s ``Liveness.hand_over``): call it as a shutdown begins, before
+        ``Worker.shutdown()`` (``turns worker`` does on SIGTERM), so a reply moves on within
+        about a second rather than streaming on for the shutdown grace and then starting
+        again from scratch. Tool calls are left to finish within the grace. Returns how many
+        were handed over (none when liveness is off: then the grace is waited as before)."""
+        liveness = None if self._deps is None else self._deps.liveness
+        if liveness is None:
+            return 0
+        try:
+            return int(await asyncio.wait_for(liveness.hand_over(), timeout_s))
+        except Exception as e:  # the grace still holds
+            log.warning("model steps not handed over: %r", e)
+            return 0
 
     async def _start_liveness(self, deps: Any) -> Any:
         """This worker process's liveness (``streams.liveness``): beats in the chunk stream

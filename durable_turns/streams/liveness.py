@@ -22,6 +22,16 @@ every worker already writes to (as the cancel marks do, ``streams.cancel``):
   ~28 s sooner, with no change to the workflow: the history shows an ``ActivityTaskFailed``
   where a heartbeat timeout leaves an ``ActivityTaskTimedOut``.
 
+A worker that is shutting down (SIGTERM: a deploy) does the same for its own running
+model steps at once (``hand_over``, before Temporal's graceful shutdown would let them
+stream on for the grace and then re-run them from scratch): the ``recovering`` event, the
+sticky queue reset, the fail by task token (as ``WorkerShutdown``: counted with the losses
+of the infrastructure, not the turn's crash budget), then the step cancelled where it runs,
+so it streams no more and saves nothing. Its failure says it was handed over, so the turn
+starts the next attempt on another worker at once, with no retry timer (patch ``handover``). Only
+when another worker beats: alone, a step may still end within the grace. Tool calls are
+left to the grace (a tool may not be safe to run twice).
+
 A worker declared dead that is in fact alive (cut off from the backend, or starved of CPU
 for longer than ``lost_after``) is safe: its activity's completion, heartbeats and fails
 are refused by Temporal (the attempt is over), and what it still streams carries an older
@@ -46,9 +56,9 @@ from typing import Any
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
 from temporalio.client import Client
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from durable_turns.contract import SHARE_KEY, WORKER_LOST
+from durable_turns.contract import HANDED_OVER_KEY, SHARE_KEY, WORKER_LOST, WORKER_SHUTDOWN
 from durable_turns.streams.base import RECOVERING, ChunkStreamBackend, encode_event
 
 log = logging.getLogger(__name__)
@@ -57,6 +67,8 @@ FORGET_AFTER_S = 120.0
 """A worker silent this long with no attempt left is dropped from the backend."""
 
 LOST_MESSAGE = "the worker running it stopped (no liveness beat for {:.1f} s)"
+
+HANDED_OVER_MESSAGE = "the worker running it is shutting down: handed over to another worker"
 
 
 @dataclass
@@ -109,6 +121,11 @@ class Liveness:
     _thread: threading.Thread | None = None
     _watch: asyncio.Task[None] | None = None
     _pending: set[asyncio.Task[Any]] = field(default_factory=set)
+    _mine: dict[str, tuple[AttemptRecord, asyncio.Task[Any]]] = field(default_factory=dict)
+    """This worker's running attempts, by key: their records and the tasks running them."""
+    handed_over: int = 0
+    """Attempts this worker handed over at its shutdown (``hand_over``)."""
+    _handed: set[str] = field(default_factory=set)
     _warned_at: float = -float("inf")
 
     @property
@@ -165,9 +182,20 @@ class Liveness:
             self.backend.attempt_started(self.worker, key, record.body())
         )
         self._keep(started)
+        task = asyncio.current_task()
+        if task is not None:
+            self._mine[key] = (record, task)
         try:
             yield
+        except asyncio.CancelledError:
+            if key not in self._handed or task is None:
+                raise
+            task.uncancel()  # its hand-over's cancel, said as such (the server refuses it)
+            raise ApplicationError(
+                HANDED_OVER_MESSAGE, type=WORKER_SHUTDOWN, category=ApplicationErrorCategory.BENIGN
+            ) from None
         finally:
+            self._mine.pop(key, None)
             ended = asyncio.get_running_loop().create_task(self._end(started, key))
             self._keep(ended)
 
@@ -182,6 +210,50 @@ class Liveness:
     def _keep(self, task: asyncio.Task[Any]) -> None:
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
+
+    async def hand_over(self, message: str = HANDED_OVER_MESSAGE) -> int:
+        """At this worker's shutdown, before Temporal's graceful one: end each of its running
+        model-step attempts at once, as a watcher ends a dead worker's (``_end_attempt``),
+        failed as ``WorkerShutdown`` (a loss of the infrastructure's, retried at once, not
+        charged to the turn's crash budget), then cancel it here, so it streams no more and
+        saves nothing (a cancel that is not the user's keeps no partial step). The next
+        attempt, on a live worker, starts about a second later instead of after the grace.
+        Nothing is handed over when no other worker beats (``others_alive``): a step may then
+        still end within the grace. Returns how many were handed over."""
+        if not self.others_alive():  # nobody to take them: the grace may see them end
+            return 0
+        mine = list(self._mine.items())
+        self._mine.clear()
+
+        async def one(key: str, record: AttemptRecord, task: asyncio.Task[Any]) -> None:
+            if task.done():
+                return
+            log.warning(
+                "turn %s: model step %d attempt %d handed over: %s",
+                record.workflow_id,
+                record.step,
+                record.attempt,
+                message,
+            )
+            details = {SHARE_KEY: self.worker, HANDED_OVER_KEY: True}  # no retry wait
+            error = ApplicationError(message, details, type=WORKER_SHUTDOWN)
+            try:
+                await self._end_attempt(record, "worker_shutdown", error)
+            finally:
+                self._handed.add(key)
+                task.cancel()  # the server refuses whatever it still reports
+            self.handed_over += 1
+            with contextlib.suppress(Exception):
+                await self.backend.take_attempt(self.worker, key)
+
+        await asyncio.gather(*(one(k, r, t) for k, (r, t) in mine), return_exceptions=True)
+        return self.handed_over
+
+    def others_alive(self) -> bool:
+        """Whether another worker's beat count moved within ``lost_after`` (as this
+        worker's watch last saw them: no round trip)."""
+        now = time.monotonic()
+        return any(now - moved < self.lost_after_s for _, moved in self._seen.values())
 
     # --- the watch over the others --------------------------------------------------------
 
@@ -236,16 +308,24 @@ class Liveness:
             worker,
             message,
         )
+        error = ApplicationError(message, {SHARE_KEY: worker, "turns": turns}, type=WORKER_LOST)
+        await self._end_attempt(rec, "worker_lost", error)
+
+    async def _end_attempt(self, rec: AttemptRecord, reason: str, error: ApplicationError) -> None:
+        """End an attempt from outside it, as its workflow would see its worker go: the
+        ``recovering`` event on its stream (what the user sees first; the next attempt's own
+        one is then the same batch), the turn's next workflow task off the worker's sticky
+        queue, and the activity failed with ``error`` by its task token."""
         writer, nxt, deaths = rec.recovering_writer()
         data = {
             "stage": "stream",
-            "reason": "worker_lost",
-            "message": message,
+            "reason": reason,
+            "message": error.message,
             "attempt": nxt,
             "deaths": deaths,
         }
         event = encode_event(RECOVERING, data, step=rec.step, attempt=nxt)
-        try:  # what the user sees first; the next attempt's own one is then the same batch
+        try:
             await asyncio.wait_for(
                 self.backend.append(
                     rec.stream_id,
@@ -268,11 +348,9 @@ class Liveness:
             )
         handle = self.client.get_async_activity_handle(task_token=base64.b64decode(rec.task_token))
         try:
-            await handle.fail(
-                ApplicationError(message, {SHARE_KEY: worker, "turns": turns}, type=WORKER_LOST)
-            )
+            await handle.fail(error)
         except Exception as e:  # it ended meanwhile, or was recovered by another watcher
-            log.info("turn %s: lost attempt not failed: %r", rec.workflow_id, e)
+            log.info("turn %s: attempt not failed: %r", rec.workflow_id, e)
 
     def _warn(self, message: str, error: BaseException) -> None:
         now = time.monotonic()
