@@ -495,7 +495,7 @@ class TurnsClient:
             try:
                 state = await self.state(conversation_id)
             except RPCError as e:  # a query needs a worker: none answered in time (one died)
-                if e.status not in QUERY_RETRIED:
+                if e.status not in QUERY_RETRIED and not task_being_retried(e):
                     raise
                 await asyncio.sleep(poll_s)
                 continue
@@ -554,6 +554,16 @@ in milliseconds when a worker is there)."""
 STATE_TASK_WAIT_S = 10.0
 """``state`` raises ``NoWorker`` for workers that poll only once a task of the conversation
 has waited this long unstarted (busy workers on a loaded machine take seconds)."""
+
+
+def task_being_retried(e: RPCError) -> bool:
+    """Whether the server refused a query because the workflow's task is being retried (its
+    worker died or failed mid-task: ``WorkflowNotReadyFailure``); the next attempt's worker
+    answers, so a polled query is asked again."""
+    return e.status == RPCStatusCode.FAILED_PRECONDITION and any(
+        d.type_url.endswith(".WorkflowNotReadyFailure") for d in e.grpc_status.details
+    )
+
 
 QUERY_RETRIED = frozenset(
     {RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.UNAVAILABLE, RPCStatusCode.CANCELLED}

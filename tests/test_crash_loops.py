@@ -10,7 +10,9 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
+from temporalio.service import RPCError, RPCStatusCode
 
+from durable_turns.client import task_being_retried
 from durable_turns.config import MAX_CRASH_RETRIES, Settings
 from durable_turns.contract import MODEL_STEP, TOOL_CALL, WORKER_CRASH_LOOP
 from durable_turns.workflows.options import CHAT_RESPONSE_CRASH_RETRIES
@@ -240,3 +242,18 @@ async def test_on_chat_response_that_kills_its_worker_is_given_up(harness: Harne
             and "on_chat_response of turn 1" in w.log_tail(100_000)
             for w in workers
         )
+
+
+def test_a_query_refused_while_a_dead_workers_task_is_retried_is_asked_again() -> None:
+    """Seen in CI: after a worker died mid-task, the server refuses queries until the task's
+    next attempt completes (``FAILED_PRECONDITION`` with ``WorkflowNotReadyFailure``, these
+    very bytes); ``TurnsClient.wait`` polls through it as through a query no worker answered.
+    Other refusals with that status still raise."""
+    raw = (
+        b"\x08\t\x12>Unable to query workflow due to Workflow Task in failed state.\x1aJ\n"
+        b"Htype.googleapis.com/temporal.api.errordetails.v1.WorkflowNotReadyFailure"
+    )
+    refused = RPCError("Unable to query …", RPCStatusCode.FAILED_PRECONDITION, raw)
+    assert task_being_retried(refused)
+    assert not task_being_retried(RPCError("other", RPCStatusCode.FAILED_PRECONDITION, b""))
+    assert not task_being_retried(RPCError("gone", RPCStatusCode.NOT_FOUND, raw))
