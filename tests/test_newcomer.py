@@ -266,7 +266,8 @@ async def test_a_module_that_fails_to_import_is_one_clear_line(
 
 def test_the_ready_lines_mask_passwords() -> None:
     from durable_turns.hooks import TurnHooks
-    from durable_turns.runtime import load_tools, ready_lines
+    from durable_turns.runtime import ready_lines
+    from durable_turns.user_code import load_tools
 
     settings = Settings(
         temporal_address="temporal.internal:7233",

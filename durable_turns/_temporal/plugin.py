@@ -137,9 +137,10 @@ class DurableTurnsPlugin(SimplePlugin):
     @staticmethod
     def engine_workflows() -> list[type]:
         """The engine's workflows (imported on first use: a client never needs them)."""
-        from durable_turns.runtime import WORKFLOWS
+        from durable_turns.workflows.conversation import ConversationWorkflow
+        from durable_turns.workflows.turn import TurnWorkflow
 
-        return list(WORKFLOWS)
+        return [ConversationWorkflow, TurnWorkflow]
 
     def _add_workflows(self, existing: Sequence[type] | None) -> list[type]:
         return [*(existing or []), *self.engine_workflows()]
@@ -161,9 +162,9 @@ class DurableTurnsPlugin(SimplePlugin):
         if self._deps is None:
             from durable_turns.activities import ActivityDeps
             from durable_turns.models import ModelRegistry
-            from durable_turns.runtime import load_hooks, load_tools
             from durable_turns.store import open_store
             from durable_turns.streams import open_stream_backend
+            from durable_turns.user_code import load_hooks, load_tools
 
             settings = self.settings
             self._deps = ActivityDeps(
@@ -184,7 +185,7 @@ class DurableTurnsPlugin(SimplePlugin):
         from durable_turns.activities import isolation
         from durable_turns.activities.lifecycle import call_hook
         from durable_turns.hooks import Session
-        from durable_turns.runtime import load_user_transforms
+        from durable_turns.user_code import load_user_transforms
 
         deps = self.deps()
         isolation.configure(self.settings.user_loops)
