@@ -732,7 +732,7 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> None:
-    from durable_turns.redaction import install_log_redaction
+    from durable_turns.environment_secrets import install_log_redaction
 
     install_log_redaction()  # before anything logs: every command's records, uvicorn's too
     top, subcommands = parsers()

@@ -73,6 +73,8 @@ from durable_turns.errors import DecryptionError, KeyConfigError, UnknownKeyErro
 from durable_turns.redaction import register
 
 ENV_KEYS = "TURNS_ENCRYPTION_KEYS"
+SERVER_TOKEN_ENV = "TURNS_CODEC_SERVER_TOKEN"
+"""The codec server's bearer token (``durable_turns.codec_server``): a secret to mask."""
 ENV_KEYS_FILE = "TURNS_ENCRYPTION_KEYS_FILE"
 
 ENCODING = b"binary/encrypted"

@@ -59,11 +59,11 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import PayloadCodec
 
-from durable_turns.codec import CodecError, codec_from_env
+from durable_turns.codec import SERVER_TOKEN_ENV, CodecError, codec_from_env
 
 log = logging.getLogger("durable_turns.codec_server")
 
-ENV_TOKEN = "TURNS_CODEC_SERVER_TOKEN"
+ENV_TOKEN = SERVER_TOKEN_ENV
 ENV_CORS_ORIGINS = "TURNS_CODEC_SERVER_CORS_ORIGINS"
 DEFAULT_CORS_ORIGINS = (
     "http://localhost:8233",
@@ -292,7 +292,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from durable_turns.redaction import install_log_redaction
+    from durable_turns.environment_secrets import install_log_redaction
 
     install_log_redaction()
     logging.basicConfig(

@@ -31,7 +31,6 @@ and every log record of the process passes through it (:func:`install_log_redact
 from __future__ import annotations
 
 import base64
-import contextlib
 import logging
 import os
 import re
@@ -255,37 +254,6 @@ def redact(text: str, *secrets: str | None) -> str:
     return _SECRET.sub(r"\1***", text) if "sk-" in text else text
 
 
-# --- the registry's sources outside the code that reads them --------------------------------
-
-URL_VARIABLES = (
-    "TURNS_STORE_URL",
-    "TURNS_CHUNK_STREAM_URL",
-    "OPENAI_BASE_URL",
-    "ANTHROPIC_BASE_URL",
-    "TEMPORAL_ADDRESS",
-)
-"""Whose passwords and secret query values are secrets."""
-
-
-def register_environment(environ: Mapping[str, str] | None = None) -> None:
-    """Register every secret the environment configures, before anything reads it: a log
-    line written while the process starts is masked too. A malformed setting registers what
-    it can (the code that reads it says what is wrong, without the value)."""
-    from durable_turns.codec import CodecError, keys_spec, parse_keys
-    from durable_turns.codec_server import ENV_TOKEN
-    from durable_turns.config import http_tokens, url_secrets
-
-    env = os.environ if environ is None else environ
-    register(*(env.get(name) for name in SECRET_VARIABLES), env.get(ENV_TOKEN))
-    for name in URL_VARIABLES:
-        register(*url_secrets(env.get(name)))
-    with contextlib.suppress(ValueError):
-        register(*http_tokens(env.get("TURNS_HTTP_TOKEN") or ""))
-    with contextlib.suppress(CodecError, ValueError):
-        if spec := keys_spec(env):
-            parse_keys(spec)  # registers each key, valid or not
-
-
 # --- every log record ---------------------------------------------------------------------
 
 _installed = False
@@ -293,11 +261,10 @@ _install_lock = threading.Lock()
 _tracebacks = logging.Formatter()
 
 
-def install_log_redaction(environ: Mapping[str, str] | None = None) -> None:
-    """Mask every secret in every log record this process makes, from now on; and register
-    the environment's secrets (:func:`register_environment`). Called once by each entry point
-    (``turns worker``, ``turns serve``, ``turns demo``, every other ``turns`` command, the codec
-    server) before anything logs; a second call only registers.
+def install_record_factory() -> None:
+    """Mask every secret in every log record this process makes, from now on (a second call
+    does nothing). Entry points call ``durable_turns.environment_secrets.install_log_redaction``,
+    which registers the environment's secrets and then calls this, before anything logs.
 
     Why a record factory (:func:`logging.setLogRecordFactory`): every record of every logger
     is made by it, whatever handlers it then reaches. A filter on the root *logger* sees only
@@ -310,7 +277,6 @@ def install_log_redaction(environ: Mapping[str, str] | None = None) -> None:
     adds with ``extra=`` are its own.
     """
     global _installed
-    register_environment(environ)
     with _install_lock:
         if _installed:
             return

@@ -43,10 +43,10 @@ from durable_turns.codec import data_converter_from_env
 from durable_turns.config import Settings, mask_url
 from durable_turns.contract import SEARCH_ATTRIBUTES
 from durable_turns.devserver import EmbeddedServer, ServerStartError
+from durable_turns.environment_secrets import install_log_redaction
 from durable_turns.hooks import TurnHooks
 from durable_turns.mcp import McpPool, McpServerConfig
 from durable_turns.mcp import servers_from as mcp_servers
-from durable_turns.redaction import install_log_redaction
 from durable_turns.store import TranscriptStore
 from durable_turns.tools import ToolRegistry
 from durable_turns.transforms import transform_names

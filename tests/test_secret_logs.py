@@ -162,8 +162,9 @@ async def test_no_configured_secret_reaches_the_front_doors_log(harness: Harness
 def test_every_place_a_secret_is_configured_is_registered(tmp_path: Path) -> None:
     """The environment's secrets (those the worker test does not configure among them), a
     literal MCP URL's password and key, and a file of encryption keys: each is masked."""
+    from durable_turns.environment_secrets import register_environment
     from durable_turns.mcp import McpServerConfig
-    from durable_turns.redaction import redact, register_environment
+    from durable_turns.redaction import redact
 
     keys_file = tmp_path / "keys"
     file_key = generate_key()
