@@ -58,6 +58,7 @@ from typing import Any
 
 from bench.common import (
     ROOT,
+    ReplayServer,
     Row,
     WorkerProcess,
     activity_spans,
@@ -72,7 +73,7 @@ from bench.common import (
     temporal_server,
     write_results,
 )
-from bench.cost import Floor, Mock
+from bench.cost import Floor
 from bench.cost_run import paced
 from bench.scale import TOKEN, Redis
 
@@ -169,23 +170,8 @@ class PinnedFloor(Floor):
     """``bench.cost.Floor``'s process, this module's floor, on one core."""
 
     def __init__(self, base_url: str, tmp: Path, core: int) -> None:
-        import subprocess
-
-        self.log = open(tmp / "floor.log", "ab")  # closed in stop()
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
         argv = [sys.executable, "-m", "bench.capacity", "floor", base_url]
-        self.proc = subprocess.Popen(
-            pinned(core, argv),
-            cwd=ROOT,
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        if FLOOR_READY not in self.proc.stdout.readline():
-            raise RuntimeError("the floor's process did not start: see floor.log")
+        super().__init__(base_url, tmp, argv=pinned(core, argv), ready=FLOOR_READY)
 
     def round(self, n: int, tokens: int) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
@@ -378,7 +364,7 @@ async def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any], dict
     os.sched_setaffinity(0, others)  # this process, the dev server and the mock: not the core
     tmp = Path(tempfile.mkdtemp(prefix="bench-capacity-", dir=args.tmp))
     load_start = loadavg()
-    mock = Mock(tmp)
+    mock = ReplayServer(tmp)
     floor: PinnedFloor | None = None
     worker: WorkerProcess | None = None
     redis: Redis | None = None

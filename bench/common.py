@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -232,6 +233,57 @@ def free_port() -> int:
             port = int(s.getsockname()[1])
         if port not in (7233, 8233):
             return port
+
+
+class ReplayServer:
+    """``python -m testkit.llm_server`` as a process of its own, scripted over HTTP."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.port = free_port()
+        self.log = open(tmp / "llm-server.log", "ab")  # closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "testkit.llm_server", "--port", str(self.port)],
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=self.log,
+            stdin=subprocess.DEVNULL,
+        )
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.openai_base_url = f"{self.base_url}/v1"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self.reset()
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the replay server did not start") from None
+                time.sleep(0.1)
+
+    def post(self, path: str, body: Any) -> None:
+        """POST ``body`` (JSON) to the server's ``/_control/<path>``."""
+        request = urllib.request.Request(
+            f"{self.base_url}/_control/{path}",
+            data=json.dumps(body).encode(),
+            headers={"content-type": "application/json"},
+        )
+        urllib.request.urlopen(request, timeout=10).read()
+
+    def reset(self) -> None:
+        self.post("reset", {})
+
+    def script(self, *replies: dict[str, Any]) -> None:
+        """Queue replies (``testkit.llm_server.Reply`` fields), after a reset."""
+        self.reset()
+        self.post("script", list(replies))
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.log.close()
 
 
 @contextlib.asynccontextmanager

@@ -44,7 +44,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import subprocess
 import sys
@@ -57,6 +56,7 @@ from typing import Any
 from bench import actions
 from bench.common import (
     ROOT,
+    ReplayServer,
     Row,
     WorkerProcess,
     cpu_seconds,
@@ -88,59 +88,6 @@ TARGETS = {"worker": 2.0, "server": 0.2}
 """Issue 36: worker CPU per token ≤ 2× the direct SDK loop's; the server's ≤ 0.2× the
 worker's."""
 FLOOR_READY = "cost floor ready"
-
-
-class Mock:
-    """``python -m testkit.llm_server`` as a process of its own, scripted over HTTP."""
-
-    def __init__(self, tmp: Path) -> None:
-        import urllib.request
-
-        self._request = urllib.request
-        self.port = free_port()
-        self.log = open(tmp / "llm-server.log", "ab")  # closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "testkit.llm_server", "--port", str(self.port)],
-            cwd=ROOT,
-            stdout=self.log,
-            stderr=self.log,
-            stdin=subprocess.DEVNULL,
-        )
-        self.base_url = f"http://127.0.0.1:{self.port}"
-        self.openai_base_url = f"{self.base_url}/v1"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                self.reset()
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the replay server did not start") from None
-                time.sleep(0.1)
-
-    def _post(self, path: str, body: Any) -> None:
-        request = self._request.Request(
-            f"{self.base_url}/_control/{path}",
-            data=json.dumps(body).encode(),
-            headers={"content-type": "application/json"},
-        )
-        self._request.urlopen(request, timeout=10).read()
-
-    def reset(self) -> None:
-        self._post("reset", {})
-
-    def script(self, *replies: dict[str, Any]) -> None:
-        """Queue replies (``testkit.llm_server.Reply`` fields), after a reset."""
-        self.reset()
-        self._post("script", list(replies))
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(10)
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.log.close()
 
 
 # --- the floor: the direct SDK loop in a process of its own -------------------------------------
@@ -178,11 +125,19 @@ def floor_main(base_url: str) -> None:
 class Floor:
     """The floor's process: ``run(n)`` streams n at once and returns the deltas."""
 
-    def __init__(self, base_url: str, tmp: Path) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        tmp: Path,
+        argv: list[str] | None = None,
+        ready: str = FLOOR_READY,
+    ) -> None:
+        """``argv``: another floor's command (this module's by default), which prints
+        ``ready`` once it serves."""
         self.log = open(tmp / "floor.log", "ab")  # closed in stop()
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.cost", "floor", base_url],
+            argv or [sys.executable, "-m", "bench.cost", "floor", base_url],
             cwd=ROOT,
             env=env,
             stdin=subprocess.PIPE,
@@ -191,7 +146,7 @@ class Floor:
             text=True,
         )
         assert self.proc.stdout is not None
-        if FLOOR_READY not in self.proc.stdout.readline():
+        if ready not in self.proc.stdout.readline():
             raise RuntimeError("the floor's process did not start: see floor.log")
 
     @property
@@ -297,7 +252,7 @@ async def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any], dict
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-cost-", dir=args.tmp))
     load_start = loadavg()
-    mock = Mock(tmp)
+    mock = ReplayServer(tmp)
     metrics_port = free_port()
     workers: list[WorkerProcess] = []
     floor: Floor | None = None

@@ -52,14 +52,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.common import (
-    ROOT,
+    ReplayServer,
     Row,
     WorkerProcess,
     cpu_seconds,
@@ -152,49 +151,18 @@ def sse_body(tokens: int) -> str:
 # --- the services of one benchmark -------------------------------------------------------------
 
 
-class Mock:
-    """``python -m testkit.llm_server`` as a process of its own, answering every request with
-    the paced stream."""
+class Mock(ReplayServer):
+    """The replay server answering every request with the paced stream."""
 
     def __init__(self, tmp: Path, tokens: int) -> None:
-        self.port = free_port()
-        self.log = open(tmp / "llm-server.log", "ab")  # closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "testkit.llm_server", "--port", str(self.port)],
-            cwd=ROOT,
-            stdout=self.log,
-            stderr=self.log,
-            stdin=subprocess.DEVNULL,
-        )
-        self.base_url = f"http://127.0.0.1:{self.port}"
+        super().__init__(tmp)
         reply = {
             "body": sse_body(tokens),
             "times": 10**9,
             "first_token_s": FIRST_TOKEN_S,
             "tokens_per_s": TOKENS_PER_S,
         }
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                request = urllib.request.Request(
-                    f"{self.base_url}/_control/script",
-                    data=json.dumps(reply).encode(),
-                    headers={"content-type": "application/json"},
-                )
-                urllib.request.urlopen(request, timeout=5).read()
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the replay server did not start") from None
-                time.sleep(0.1)
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(10)
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.log.close()
+        self.post("script", reply)
 
 
 class Redis:
