@@ -224,6 +224,10 @@ worker failed the attempt for it, a heartbeat timeout ahead of time (details: th
 worker's ``heartbeats.share``)."""
 LIVENESS_PATCH = "liveness"
 """The patch under which a turn counts a ``WorkerLost`` failure as a heartbeat timeout."""
+LOST_AT_ONCE_PATCH = "lost-at-once"
+"""The patch under which a turn retries an attempt lost to a worker's death that liveness
+detected (``WorkerLost``) with no retry timer while its losses weigh one death at most: the
+detection window (``TURNS_LIVENESS_MS``) was its wait (``workflows.options.lost_wait``)."""
 CHUNK_STREAM_UNAVAILABLE = "ChunkStreamUnavailable"
 """A model step saved its output but could not write it to the live chunk stream within
 ``stream_write_timeout_s``: the next attempt (another worker, perhaps) writes the saved step

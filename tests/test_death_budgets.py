@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from fractions import Fraction
 
 import pytest
@@ -26,6 +27,7 @@ from durable_turns.workflows.options import (
     death_of,
     death_wait,
     infra_budget,
+    lost_wait,
 )
 from testkit.faultproxy import FaultProxy
 from tests.support.harness import Harness
@@ -200,3 +202,15 @@ def test_the_wait_after_a_loss_grows_with_what_the_losses_weigh() -> None:
     assert [seconds(n, alone[:n]) for n in range(1, 7)] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
     assert seconds(5, [("a", 1)] * 5) == 1.0  # it heartbeat again each time: a partition
     assert [seconds(n, []) for n in (1, 2, 3)] == [1.0, 2.0, 4.0]  # outages, shutdowns
+
+
+def test_a_loss_liveness_detected_is_retried_at_once_until_the_losses_weigh_more() -> None:
+    """The liveness window was the wait of a ``WorkerLost``: none while the losses weigh one
+    death at most; past that the same backoff as any death's."""
+    storm = [(f"worker-{i}", 4) for i in range(5)]  # each 1/4 of a death
+    assert [lost_wait(n, storm[:n]) for n in range(1, 5)] == [None] * 4
+    assert lost_wait(5, storm) == death_wait(5, storm) == timedelta(seconds=2)
+    alone = [(f"worker-{i}", 1) for i in range(4)]
+    waits = [lost_wait(n, alone[:n]) for n in range(1, 5)]
+    assert waits[0] is None
+    assert [w.total_seconds() for w in waits[1:] if w is not None] == [2.0, 4.0, 8.0]

@@ -24,6 +24,7 @@ from durable_turns.contract import (
     INVALID_MODEL,
     INVALID_REQUEST,
     LIVENESS_PATCH,
+    LOST_AT_ONCE_PATCH,
     PROVIDER_ERROR,
     SHARE_KEY,
     STORE_UNAVAILABLE,
@@ -194,6 +195,14 @@ def death_wait(deaths: int, timeouts: Sequence[Death]) -> timedelta:
     return backoff(max(1, math.ceil(weighed)), DEATH_WAIT_MOST_S)
 
 
+def lost_wait(deaths: int, timeouts: Sequence[Death]) -> timedelta | None:
+    """The wait before the next attempt after a loss that liveness detected (``is_lost``): none
+    while the losses weigh one death at most (the detection, ``TURNS_LIVENESS_MS`` of silence,
+    was the wait: another worker beats, or it could not have told), then ``death_wait``'s."""
+    wait = death_wait(deaths, timeouts)
+    return None if wait <= backoff(1, DEATH_WAIT_MOST_S) else wait
+
+
 def infra_budget(crash_retries: int) -> int:
     """The infrastructure budget of an activity whose crash budget is ``crash_retries``: at
     least ``INFRA_RETRIES``, and never below what a turn crashing a busy worker may spend."""
@@ -223,7 +232,9 @@ async def with_budgets(
     Each retry waits with backoff on a durable timer (1 s doubling, at most ``most_wait_s``
     after failures; after losses, whose heartbeat timeout has been waited already, doubling
     with what they weigh, at most 10 s: ``death_wait``; after a hand-over, none: its worker
-    left on purpose and another one is there, under patch ``handover``): a few events per
+    left on purpose and another one is there, under patch ``handover``; after a loss liveness
+    detected, none while the losses weigh one death at most, under patch ``lost-at-once``:
+    ``lost_wait``): a few events per
     retry in the history, none when the first attempt succeeds. ``on_retry``
     sees each failure that is retried, before the wait (``recovery.Tracker.note``)."""
     deaths = failures = handovers = 0
@@ -256,6 +267,8 @@ async def with_budgets(
                 if is_handed_over(err) and workflow.patched(HANDOVER_PATCH):
                     handovers += 1  # weighs nothing: no wait, none added to later ones
                     wait = None
+                elif is_lost(err) and workflow.patched(LOST_AT_ONCE_PATCH):
+                    wait = lost_wait(deaths - handovers, timeouts)
             else:
                 failures += 1
                 if tries > 0 and failures >= tries:
