@@ -18,9 +18,10 @@ Workers that poll but do not take an activity have every activity slot busy
 (``TURNS_MAX_CONCURRENT_ACTIVITIES``: a worker with no free slot stops polling for
 activities, so the task waits in the queue): an activity scheduled :data:`QUEUED_S` ago and
 not started while a worker polls is *queued* (``queued: …``), not waiting for a worker. The
-one exception is the worker that lost the activity's last attempt (its failure names it):
-listed alone, it is the dead worker whose poller the server still shows, and the activity
-waits for a worker. The server cannot tell a worker that died before starting the activity
+one exception is the worker that lost the activity's last attempt (a timeout, or a
+``WorkerLost``/``WorkerShutdown`` failure, from the worker its pending info names): listed
+alone, it is the dead worker whose poller the server still shows, and the activity waits
+for a worker. The server cannot tell a worker that died before starting the activity
 from a busy one: until its poller ages out (``POLLER_FRESH_S``) such an activity reads as
 queued.
 
@@ -44,6 +45,7 @@ from temporalio.api.enums.v1 import (
     TaskQueueKind,
     TaskQueueType,
 )
+from temporalio.api.failure.v1 import Failure
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.api.workflowservice.v1 import (
@@ -52,6 +54,8 @@ from temporalio.api.workflowservice.v1 import (
     DescribeWorkflowExecutionResponse,
 )
 from temporalio.client import Client
+
+from durable_turns.contract import WORKER_LOST, WORKER_SHUTDOWN
 
 POLLER_FRESH_S = 80.0
 """A poller counts as a live worker's for this long after its last poll started (an idle
@@ -198,12 +202,26 @@ def _busy(activity: PendingActivityInfo, known: Workers | None) -> str | None:
     other worker polls."""
     if known is None:
         return None
-    lost = activity.last_worker_identity if activity.HasField("last_failure") else None
+    lost = activity.last_worker_identity if _worker_lost(activity.last_failure) else None
     others = [w for w in known.activity if w != lost]
     if not others:
         return None
     count = f"{len(others)} worker{'s' if len(others) > 1 else ''}"
     return f"{count} polling task queue {known.task_queue!r}"
+
+
+def _worker_lost(failure: Failure) -> bool:
+    """The failure (or a cause of it) says the attempt's worker went away: a timeout (a
+    heartbeat's, a start-to-close's), or a ``WorkerLost``/``WorkerShutdown`` failure
+    (liveness, a hand-over at shutdown)."""
+    while failure.ByteSize():
+        if failure.HasField("timeout_failure_info") or (
+            failure.HasField("application_failure_info")
+            and failure.application_failure_info.type in (WORKER_LOST, WORKER_SHUTDOWN)
+        ):
+            return True
+        failure = failure.cause
+    return False
 
 
 def _seconds(stamp: Any) -> float:

@@ -3,23 +3,30 @@
 queued visibly: ``turns state`` and ``TurnsClient.waiting_for_worker`` say ``queued: …``
 (and ``state`` is answered, not ``NoWorker``), the chat page gets a ``data-waiting`` chunk
 with ``waiting_for: "activity_slot"``, and the turn streams once a slot frees. Real dev
-server, real worker processes with one slot, turns whose model steps stream slowly."""
+server, real worker processes with one slot, turns whose model steps stream slowly; and the
+one case the server's answers alone decide (a dead worker's poller still listed: its lost
+step waits for a worker, not a slot), on described turns."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.api.failure.v1 import ApplicationFailureInfo, Failure, TimeoutFailureInfo
+from temporalio.api.workflow.v1 import PendingActivityInfo
+from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionResponse
 from temporalio.client import Client
 
 from durable_turns.config import Settings
-from durable_turns.contract import MODEL_STEP
-from durable_turns.presence import QUEUED
+from durable_turns.contract import MODEL_STEP, WORKER_LOST
+from durable_turns.presence import QUEUED, WAITING, Workers, waiting_task
 from durable_turns.runtime import running_worker
 from tests.support.harness import Harness
 from tests.support.history import activity_spans
@@ -54,6 +61,45 @@ async def test_a_worker_runs_with_the_slots_the_setting_says(
     )
     async with running_worker(client, settings) as worker:
         assert worker.config().get("max_concurrent_activities") == 7
+
+
+def _described(
+    waited_s: float, failure: Failure | None, by: str
+) -> DescribeWorkflowExecutionResponse:
+    """A turn whose model step was scheduled ``waited_s`` ago and not started; its last
+    attempt failed with ``failure`` on worker ``by``."""
+    activity = PendingActivityInfo(
+        activity_type={"name": MODEL_STEP},
+        state=PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED,
+        last_failure=failure,
+        last_worker_identity=by,
+    )
+    activity.scheduled_time.FromNanoseconds(int((time.time() - waited_s) * 1e9))
+    return DescribeWorkflowExecutionResponse(pending_activities=[activity])
+
+
+def test_only_the_worker_that_lost_the_attempt_is_not_counted_as_busy() -> None:
+    """A dead worker's poller stays listed for 80 s: alone, the step it lost waits for a
+    worker; another worker listed, or a failure that is not a loss, makes it queued."""
+    one, two = Workers("q", ("w1",), ("w1",)), Workers("q", ("w1", "w2"), ("w1", "w2"))
+    lost = Failure(message="heartbeat", timeout_failure_info=TimeoutFailureInfo())
+    gone = Failure(message="x", application_failure_info=ApplicationFailureInfo(type=WORKER_LOST))
+    provider = Failure(message="529", application_failure_info=ApplicationFailureInfo(type="X"))
+    said = [
+        waiting_task(_described(3, failure, "w1"), "turn 't'", 2.0, workers)
+        for failure, workers in (
+            (lost, one),
+            (Failure(message="w", cause=gone), one),
+            (lost, two),
+            (provider, one),
+            (None, one),
+        )
+    ]
+    assert [s.split(":")[0] if s else s for s in said] == [WAITING, WAITING, QUEUED, QUEUED, QUEUED]
+    assert said[0] == f"{WAITING}: turn 't''s model_step has waited 3 s for one"
+    assert said[2] is not None and "(1 worker polling task queue 'q')" in said[2], said
+    assert waiting_task(_described(0.2, None, ""), "turn 't'", 2.0, one) is None  # not yet
+    assert waiting_task(_described(1.5, lost, "w1"), "turn 't'", 2.0, one) is None
 
 
 async def _queued(harness: Harness, conversation: str, turn: int | None, within: float) -> str:
