@@ -33,8 +33,8 @@ from tests.support.history import activity_spans
 from tests.support.web import chat_body, user_message
 from tests.test_newcomer import turns
 
-SLOW = [{"text": "word", "repeat": 100, "delay_ms": 80}]
-"""One model step that streams for about 8 s: it holds the worker's one slot that long."""
+SLOW = [{"text": "word", "repeat": 100, "delay_ms": 100}]
+"""One model step that streams for about 10 s: it holds the worker's one slot that long."""
 
 BUSY = f"{QUEUED}: every worker's activity slots are busy (1 worker polling task queue "
 
@@ -121,7 +121,7 @@ async def test_a_turn_past_the_slots_says_queued_then_streams(
     first, second = harness.conv("slot-first"), harness.conv("slot-second")
     a = await harness.turns.start(first, "go")
     b = await harness.turns.start(second, "go")
-    said = await _queued(harness, second, b.turn_number, within=6)
+    said = await _queued(harness, second, b.turn_number, within=8)
     assert said.startswith(f"{BUSY}{harness.task_queue!r}): turn '{second}/turn-1''s "), said
     assert "has waited" in said and "TURNS_MAX_CONCURRENT_ACTIVITIES" in said, said
     # the turn holding the slot streams: it is neither queued nor waiting
