@@ -34,7 +34,7 @@ from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from durable_turns.client import TurnsClient
+from durable_turns.client import STATE_TASK_WAIT_S, TurnsClient
 from durable_turns.config import Settings, mask_url
 from durable_turns.contract import (
     REGENERATE_LAST,
@@ -453,8 +453,9 @@ async def cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def state(args: argparse.Namespace, settings: Settings) -> int:
-    """The conversation's state as JSON (stdout), then where its workers keep their data
-    (stderr, so the JSON stays pipeable)."""
+    """The conversation's state as JSON (stdout), then (stderr, so the JSON stays pipeable)
+    whether its task waits (``queued: …`` for a worker's activity slot), and where its
+    workers keep their data."""
     client = await _client(settings)
     conversation = args.conversation
     try:
@@ -489,6 +490,10 @@ async def state(args: argparse.Namespace, settings: Settings) -> int:
             f" ({error.type}): {error.message}",
             file=sys.stderr,
         )
+    running = current.running.turn_number if current.running else None
+    said = await client.waiting_for_worker(conversation, running, wait_s=STATE_TASK_WAIT_S)
+    if said:  # ``queued: …`` (every activity slot busy), or a task no worker took
+        print(f"# {said}", file=sys.stderr)
     polling = await workers(client)
     if not polling:
         print(f"# no worker polls task queue {client.task_queue!r} right now", file=sys.stderr)

@@ -62,7 +62,13 @@ from durable_turns.contract import (
 )
 from durable_turns.errors import NoWorker
 from durable_turns.messages import Message, user_message
-from durable_turns.presence import TASK_WAIT_S, Workers, conversation_problem, workers
+from durable_turns.presence import (
+    TASK_WAIT_S,
+    WAITING,
+    Workers,
+    conversation_problem,
+    workers,
+)
 
 if TYPE_CHECKING:
     from durable_turns.streams import ChunkStreamBackend, StreamEvent
@@ -442,7 +448,7 @@ class TurnsClient:
                 if done:
                     return query.result()
                 problem = await self.waiting_for_worker(conversation_id, wait_s=STATE_TASK_WAIT_S)
-                if problem:
+                if problem and problem.startswith(WAITING):  # queued: a worker will answer
                     raise NoWorker(problem)
         finally:
             if not query.done():
@@ -463,8 +469,11 @@ class TurnsClient:
         wait_s: float = TASK_WAIT_S,
     ) -> str | None:
         """``waiting for a worker: …`` when no worker runs the conversation now (none polls
-        its task queue, or its or its running turn's task waits unstarted), else None (also
-        when the server does not answer in time, or the conversation does not exist).
+        its task queue, or its or its running turn's task waits unstarted), ``queued: …``
+        when workers poll but its or its running turn's activity has waited a second for one
+        of their activity slots (every slot busy: ``TURNS_MAX_CONCURRENT_ACTIVITIES``), else
+        None (also when the server does not answer in time, or the conversation does not
+        exist).
         ``known``: the task queue's workers, asked for already; ``wait_s``: how long a
         task must have waited unstarted to count."""
         turns = [turn_workflow_id(conversation_id, turn_number)] if turn_number else []

@@ -12,8 +12,18 @@ Two public APIs of the server answer it, each with a short RPC timeout
   no worker.
 * ``DescribeWorkflowExecution`` shows a workflow's pending workflow task and activities: one
   scheduled :data:`TASK_WAIT_S` ago that no worker has taken (a worker died less than
-  ``POLLER_FRESH_S`` ago, so its poller is still listed; or every worker is busy) waits for a
-  worker too.
+  ``POLLER_FRESH_S`` ago, so its poller is still listed) waits for a worker too.
+
+Workers that poll but do not take an activity have every activity slot busy
+(``TURNS_MAX_CONCURRENT_ACTIVITIES``: a worker with no free slot stops polling for
+activities, so the task waits in the queue): an activity scheduled :data:`QUEUED_S` ago and
+not started while a worker polls is *queued* (``queued: …``), not waiting for a worker. The
+one exception is the worker that lost the activity's last attempt (a timeout, or a
+``WorkerLost``/``WorkerShutdown`` failure, from the worker its pending info names): listed
+alone, it is the dead worker whose poller the server still shows, and the activity waits
+for a worker. The server cannot tell a worker that died before starting the activity
+from a busy one: until its poller ages out (``POLLER_FRESH_S``) such an activity reads as
+queued.
 
 What it costs: two ``DescribeTaskQueue`` RPCs (workflow and activity pollers), plus one
 ``DescribeWorkflowExecution`` per workflow looked at; no history event, no billable action.
@@ -35,13 +45,17 @@ from temporalio.api.enums.v1 import (
     TaskQueueKind,
     TaskQueueType,
 )
+from temporalio.api.failure.v1 import Failure
 from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.api.workflowservice.v1 import (
     DescribeTaskQueueRequest,
     DescribeWorkflowExecutionRequest,
     DescribeWorkflowExecutionResponse,
 )
 from temporalio.client import Client
+
+from durable_turns.contract import WORKER_LOST, WORKER_SHUTDOWN
 
 POLLER_FRESH_S = 80.0
 """A poller counts as a live worker's for this long after its last poll started (an idle
@@ -53,8 +67,16 @@ PROBE_TIMEOUT_S = 2.0
 TASK_WAIT_S = 2.0
 """A workflow task or an activity scheduled this long ago and not started waits for a worker."""
 
+QUEUED_S = 1.0
+"""An activity scheduled this long ago and not started while workers poll is queued: their
+activity slots are busy (a worker with a free slot takes a task in milliseconds)."""
+
 WAITING = "waiting for a worker"
 """How every answer that no worker runs the conversation begins."""
+
+QUEUED = "queued"
+"""How every answer that workers poll but a task of the conversation waits for one of their
+activity slots begins."""
 
 
 @dataclass(frozen=True)
@@ -133,10 +155,15 @@ async def describe(client: Client, workflow_id: str) -> DescribeWorkflowExecutio
 
 
 def waiting_task(
-    described: DescribeWorkflowExecutionResponse, what: str, wait_s: float = TASK_WAIT_S
+    described: DescribeWorkflowExecutionResponse,
+    what: str,
+    wait_s: float = TASK_WAIT_S,
+    known: Workers | None = None,
 ) -> str | None:
     """``waiting for a worker: …`` when the described workflow's pending workflow task, or
-    one of its activities, was ready ``wait_s`` ago and no worker took it."""
+    one of its activities, was ready ``wait_s`` ago and no worker took it; ``queued: …``
+    when ``known`` (the task queue's workers) poll and one of its activities was ready
+    :data:`QUEUED_S` ago: their activity slots are busy."""
     now = time.time()
     task = described.pending_workflow_task
     if (
@@ -154,12 +181,47 @@ def waiting_task(
             _seconds(activity.next_attempt_schedule_time),
             _seconds(activity.last_attempt_complete_time),
         )
-        if ready and ready <= now - wait_s:
+        if not ready:
+            continue
+        waited, name = now - ready, activity.activity_type.name or "activity"
+        busy = _busy(activity, known)
+        if busy and waited >= QUEUED_S:
             return (
-                f"{WAITING}: {what}'s {activity.activity_type.name or 'activity'} has waited"
-                f" {now - ready:.0f} s for one"
+                f"{QUEUED}: every worker's activity slots are busy ({busy}): {what}'s {name}"
+                f" has waited {waited:.1f} s for one (TURNS_MAX_CONCURRENT_ACTIVITIES sets a"
+                " worker's slots)"
             )
+        if not busy and waited >= wait_s:
+            return f"{WAITING}: {what}'s {name} has waited {waited:.0f} s for one"
     return None
+
+
+def _busy(activity: PendingActivityInfo, known: Workers | None) -> str | None:
+    """Who is too busy to take ``activity``: the workers that poll its task queue, but for
+    the one that lost its last attempt (a dead worker's poller stays listed); None when no
+    other worker polls."""
+    if known is None:
+        return None
+    lost = activity.last_worker_identity if _worker_lost(activity.last_failure) else None
+    others = [w for w in known.activity if w != lost]
+    if not others:
+        return None
+    count = f"{len(others)} worker{'s' if len(others) > 1 else ''}"
+    return f"{count} polling task queue {known.task_queue!r}"
+
+
+def _worker_lost(failure: Failure) -> bool:
+    """The failure (or a cause of it) says the attempt's worker went away: a timeout (a
+    heartbeat's, a start-to-close's), or a ``WorkerLost``/``WorkerShutdown`` failure
+    (liveness, a hand-over at shutdown)."""
+    while failure.ByteSize():
+        if failure.HasField("timeout_failure_info") or (
+            failure.HasField("application_failure_info")
+            and failure.application_failure_info.type in (WORKER_LOST, WORKER_SHUTDOWN)
+        ):
+            return True
+        failure = failure.cause
+    return False
 
 
 def _seconds(stamp: Any) -> float:
@@ -181,20 +243,23 @@ async def conversation_problem(
 ) -> str | None:
     """``waiting for a worker: …`` when nothing runs the conversation now (no worker polls
     its task queue, or its workflow task or a running turn's task has waited ``wait_s``
-    unstarted), else None. ``known``: the task queue's workers, if asked for already.
-    Raises ``RPCError`` (``NOT_FOUND``: no such conversation)."""
+    unstarted), ``queued: …`` when workers poll but its or a running turn's activity waits
+    for one of their activity slots (:func:`waiting_task`), else None. ``known``: the task
+    queue's workers, if asked for already. Raises ``RPCError`` (``NOT_FOUND``: no such
+    conversation)."""
     described = await describe(client, conversation_id)
     queue = described.execution_config.task_queue.name
     found = known if known is not None and known.task_queue == queue else None
-    problem = (found or await workers(client, queue)).problem()
+    polling = found or await workers(client, queue)
+    problem = polling.problem()
     if problem:
         return problem
-    problem = waiting_task(described, f"conversation {conversation_id!r}", wait_s)
+    problem = waiting_task(described, f"conversation {conversation_id!r}", wait_s, polling)
     if problem:
         return problem
     for workflow_id in list(dict.fromkeys([*turn_ids, *running_turns(described)]))[:4]:
         turn = await describe(client, workflow_id)
-        problem = waiting_task(turn, f"turn {workflow_id!r}", wait_s)
+        problem = waiting_task(turn, f"turn {workflow_id!r}", wait_s, polling)
         if problem:
             return problem
     return None

@@ -1,10 +1,12 @@
 """What the front door tells a browser while no worker runs its chat, and what its health
-check says: a reply waiting for a worker, a door shutting down.
+check says: a reply waiting for a worker (or queued for a busy worker's activity slot), a
+door shutting down.
 
 The door asks the Temporal server (``durable_turns.presence``), never a worker: whether
 workers poll the task queue (cached for ``WORKERS_TTL_S``, so however many responses wait,
 one process asks at most about once a second), and, for one conversation, whether its
-workflow task or its running turn's task waits unstarted.
+workflow task or its running turn's task waits unstarted (no worker takes it, or every
+worker's activity slots are busy: ``queued``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import time
 from typing import Any
 
 from durable_turns.client import TurnsClient
-from durable_turns.presence import Workers
+from durable_turns.presence import QUEUED, Workers
 
 WORKERS_TTL_S = 1.0
 """How long the door reuses its answer to "do workers poll the task queue?"."""
@@ -25,11 +27,14 @@ WORKER_CHECK_S = 1.0
 TASK_CHECK_S = 5.0
 """A reply with no event for this long looks at its turn's tasks (a describe of the
 conversation and of the turn), and again each time as long: an activity retried after its
-worker died, that no worker takes, says ``waiting for a worker``."""
+worker died, that no worker takes, says ``waiting for a worker``; one that waits while
+workers poll, ``queued`` (their activity slots are busy)."""
 
 WAITING = "data-waiting"
 """The transient chunk a response sends when its reply waits for a worker (``data``:
-``waiting_for: "worker"`` and a ``message``), and again when the reason changes."""
+``waiting_for: "worker"`` and a ``message``) or for a busy worker's activity slot
+(``waiting_for: "activity_slot"``, ``message``: ``queued: …``), and again when the reason
+changes."""
 
 RESUME = "data-resume"
 """The transient chunk a response sends before the door ends it at shutdown: resume the
@@ -65,7 +70,8 @@ class WorkerWatch:
 
     async def problem(self, conversation_id: str, turn_number: int | None = None) -> str | None:
         """``waiting for a worker: …`` when no worker polls the task queue (cached), or the
-        conversation's (or its turn's) task waits unstarted (one or two describes)."""
+        conversation's (or its turn's) task waits unstarted (one or two describes);
+        ``queued: …`` when it waits for a busy worker's activity slot."""
         known = await self.workers()
         if known is not None and (problem := known.problem()):
             return problem
@@ -90,12 +96,13 @@ class WorkerWatch:
 
 
 def waiting_chunk(message: str | None) -> dict[str, Any]:
-    """The ``data-waiting`` chunk: the page shows "waiting for a worker" until the reply
-    streams (``message`` None: no longer waiting)."""
+    """The ``data-waiting`` chunk: the page shows "waiting for a worker" (or "queued for a
+    worker's slot") until the reply streams (``message`` None: no longer waiting)."""
+    reason = None if not message else "activity_slot" if message.startswith(QUEUED) else "worker"
     return {
         "type": WAITING,
         "transient": True,
-        "data": {"waiting_for": "worker" if message else None, "message": message},
+        "data": {"waiting_for": reason, "message": message},
     }
 
 

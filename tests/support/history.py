@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -119,3 +120,23 @@ async def scheduled(harness: Harness, workflow_id: str) -> list[str]:
         elif (marker := local_activity_marker(e)) is not None:
             names.append(str(marker["activity_type"]))
     return names
+
+
+async def activity_spans(
+    harness: Harness, workflow_id: str, activity: str
+) -> list[tuple[datetime, datetime | None]]:
+    """When each attempt of a scheduled ``activity`` in a workflow's history started, and
+    when it completed (None: it did not)."""
+    history = await harness.client.get_workflow_handle(workflow_id).fetch_history()
+    spans: dict[int, tuple[datetime, datetime | None]] = {}
+    names: dict[int, str] = {}
+    for e in history.events:
+        at = e.event_time.ToDatetime()
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            names[e.event_id] = e.activity_task_scheduled_event_attributes.activity_type.name
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            spans[e.activity_task_started_event_attributes.scheduled_event_id] = (at, None)
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            key = e.activity_task_completed_event_attributes.scheduled_event_id
+            spans[key] = (spans[key][0], at)
+    return [span for key, span in spans.items() if names.get(key) == activity]
