@@ -224,6 +224,12 @@ worker failed the attempt for it, a heartbeat timeout ahead of time (details: th
 worker's ``heartbeats.share``)."""
 LIVENESS_PATCH = "liveness"
 """The patch under which a turn counts a ``WorkerLost`` failure as a heartbeat timeout."""
+FEWER_ACTIONS_PATCH = "fewer-actions"
+"""The patch under which a turn spends fewer of Temporal Cloud's billable actions: its last
+model step also finishes the turn when it can (``ModelStepInput.finish``, no ``finish_turn``
+local activity after it), and ``TurnModel`` is upserted after ``begin_turn`` only when the
+turn started with another value; a turn that started without one sets it in its final
+upsert, with ``TurnStatus``."""
 CHUNK_STREAM_UNAVAILABLE = "ChunkStreamUnavailable"
 """A model step saved its output but could not write it to the live chunk stream within
 ``stream_write_timeout_s``: the next attempt (another worker, perhaps) writes the saved step
@@ -270,6 +276,14 @@ CONVERSATION_ID = SearchAttributeKey.for_keyword("ConversationId")
 TURN_STATUS = SearchAttributeKey.for_keyword("TurnStatus")
 TURN_MODEL = SearchAttributeKey.for_keyword("TurnModel")
 SEARCH_ATTRIBUTES = (CONVERSATION_ID, TURN_STATUS, TURN_MODEL)
+
+
+def model_attribute(model: str) -> str:
+    """``TurnModel``'s value for ``model``: cut to :data:`MAX_MODEL_ID_BYTES` (a keyword search
+    attribute over 2 KiB would get the turn terminated)."""
+    return model.encode("utf-8", errors="replace")[:MAX_MODEL_ID_BYTES].decode(
+        "utf-8", errors="ignore"
+    )
 
 
 def validation_problems(error: ValidationError, limit: int | None = None) -> str:
@@ -970,6 +984,11 @@ class ModelStepInput(Internal):
     """A failure of this attempt ends the step (with ``attempt`` set)."""
     recovery: Recovery | None = None
     """Set when the attempt before this one was lost: this attempt is a recovery."""
+    finish: FinishTurnInput | None = None
+    """Set when the turn ends ``completed`` should this step call no tool: the activity then
+    finishes the turn as ``finish_turn`` would, when no user code runs there
+    (``StepSummary.result``); else (or on a worker that predates the field) the workflow
+    runs ``finish_turn``."""
 
 
 class ToolCallRef(Internal):
@@ -993,6 +1012,8 @@ class StepSummary(Internal):
     usage: Usage = Field(default_factory=Usage)
     text_chars: int = 0
     error: str | None = None
+    result: TurnResult | None = None
+    """The turn's result when the step finished the turn too (``ModelStepInput.finish``)."""
 
 
 class ToolCallInput(Internal):
