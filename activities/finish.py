@@ -67,7 +67,10 @@ class FinishActivities:
         if inp.status != "completed" or self.deps.lifecycle.runs_code("on_step_finish"):
             return None
         try:
-            async with asyncio.timeout(FINISH_HERE_S), keep_alive(self.deps.beat_every):
+            async with (
+                asyncio.timeout(FINISH_HERE_S),
+                keep_alive(self.deps.beat_every, at_once=False),
+            ):
                 state = await self.deps.turn_state(inp.turn)
                 if ctx_build.turn_config(state.turn).output is not None:
                     return None

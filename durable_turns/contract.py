@@ -224,12 +224,6 @@ worker failed the attempt for it, a heartbeat timeout ahead of time (details: th
 worker's ``heartbeats.share``)."""
 LIVENESS_PATCH = "liveness"
 """The patch under which a turn counts a ``WorkerLost`` failure as a heartbeat timeout."""
-FEWER_ACTIONS_PATCH = "fewer-actions"
-"""The patch under which a turn spends fewer of Temporal Cloud's billable actions: its last
-model step also finishes the turn when it can (``ModelStepInput.finish``, no ``finish_turn``
-local activity after it), and ``TurnModel`` is upserted after ``begin_turn`` only when the
-turn started with another value; a turn that started without one sets it in its final
-upsert, with ``TurnStatus``."""
 CHUNK_STREAM_UNAVAILABLE = "ChunkStreamUnavailable"
 """A model step saved its output but could not write it to the live chunk stream within
 ``stream_write_timeout_s``: the next attempt (another worker, perhaps) writes the saved step
@@ -945,6 +939,13 @@ class TurnPlan(Internal):
     crash_retries: int = 5
     """How often one activity of the turn is run again after its worker died
     (``TURNS_CRASH_RETRIES``); counted apart from ``max_retries``."""
+    lean_upserts: bool = False
+    """Set by every ``begin_turn`` since the change that spends fewer billable actions: the
+    turn upserts ``TurnModel`` after it only when its start set another value, and sets it in
+    its final upsert, with ``TurnStatus``, when its start set none. A recorded result versions
+    the change as a patch marker would (a history ``begin_turn`` answered without it replays
+    the upsert it made), without the ``TemporalChangeVersion`` upsert each new workflow that
+    asks ``workflow.patched`` makes, itself a billable action (docs/deployment.md)."""
 
 
 SHARE_KEY = "durable_turns_worker"
@@ -988,7 +989,7 @@ class ModelStepInput(Internal):
     """Set when the turn ends ``completed`` should this step call no tool: the activity then
     finishes the turn as ``finish_turn`` would, when no user code runs there
     (``StepSummary.result``); else (or on a worker that predates the field) the workflow
-    runs ``finish_turn``."""
+    runs ``finish_turn``. The recorded result decides, so a history either way replays."""
 
 
 class ToolCallRef(Internal):

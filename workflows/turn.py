@@ -32,7 +32,6 @@ with workflow.unsafe.imports_passed_through():
         BEGIN_TURN,
         COMPACT,
         FAIL_TURN,
-        FEWER_ACTIONS_PATCH,
         FINISH_TURN,
         INVALID_ID,
         INVALID_REQUEST,
@@ -111,13 +110,10 @@ class TurnWorkflow:
         """Answers to sub-agents' calls on their way to the sub-agent's turn."""
         self._forwarder: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Future[None]] = set()
-        self._fewer_actions = False
-        """Patch ``fewer-actions``: the last model step finishes the turn when it can, and
-        ``TurnModel`` is upserted with ``TurnStatus`` at the end unless the start set it."""
         self._finished: TurnResult | None = None
         """The turn's result, when its last model step finished it (``StepSummary.result``)."""
         self._model_attr: str | None = None
-        """``TurnModel``'s value, left for the final upsert (patch ``fewer-actions``)."""
+        """``TurnModel``'s value, left for the final upsert (``TurnPlan.lean_upserts``)."""
 
     @workflow.query(name=QUERY_STATE)
     def state(self) -> dict[str, object]:
@@ -315,8 +311,6 @@ class TurnWorkflow:
             agent=inp.agent,
         )
         self._input = inp
-        # asked before begin_turn, so its marker is recorded in that task with begin's
-        self._fewer_actions = workflow.patched(FEWER_ACTIONS_PATCH)
         result = await self._run_turn(inp, ref)
         final = [TURN_STATUS.value_set(result.status)]
         if self._model_attr is not None:
@@ -401,7 +395,7 @@ class TurnWorkflow:
             self._model = plan.model
             model_attr = model_attribute(plan.model)
             started = workflow.info().typed_search_attributes.get(TURN_MODEL)
-            if not self._fewer_actions or (started is not None and started != model_attr):
+            if not plan.lean_upserts or (started is not None and started != model_attr):
                 workflow.upsert_search_attributes([TURN_MODEL.value_set(model_attr)])
             elif started is None:  # set with TurnStatus at the end: one upsert, not two
                 self._model_attr = model_attr
@@ -492,12 +486,12 @@ class TurnWorkflow:
                 summary=f"model step {step} · {plan.model}{size}",
             )
 
-        # a step that calls no tool ends the turn completed: it may finish it too
-        finish = None
-        if self._fewer_actions and self._input is not None:
-            finish = FinishTurnInput(
-                turn=ref, steps=step + 1, status="completed", continuation=self._input.continuation
-            )
+        # a step that calls no tool ends the turn completed: it may finish it too (its
+        # recorded result says whether it did)
+        continuation = self._input is not None and self._input.continuation
+        finish = FinishTurnInput(
+            turn=ref, steps=step + 1, status="completed", continuation=continuation
+        )
         seen = recovery.Tracker()
         return await options.with_budgets(
             lambda n, failed, last: attempt(
