@@ -1,8 +1,9 @@
 """How a turn ends: ``finish_turn``, ``fail_turn`` and ``chat_response``.
 
 finish_turn runs on_step_finish for the last step, checks structured output and persists
-the assistant message; fail_turn persists what the turn produced, then asks on_chat_error
-what the caller sees; chat_response calls on_chat_response after the turn lock is released.
+the assistant message (``finish_here``: the same, inside the last model step, when no user
+code runs there); fail_turn persists what the turn produced, then asks on_chat_error what the
+caller sees; chat_response calls on_chat_response after the turn lock is released.
 """
 
 from __future__ import annotations
