@@ -12,6 +12,7 @@ from temporalio.client import WorkflowHistory
 from bench.actions import billable_actions
 from durable_turns.contract import TURN_MODEL, TURN_STATUS
 from tests.support.harness import Harness
+from tests.test_replay import RUNNERS, replayer
 
 E = EventType
 
@@ -76,6 +77,14 @@ async def test_a_one_step_turn_costs_six_actions(harness: Harness) -> None:
     assert upserts(history) == [{TURN_STATUS.name}]
     described = await harness.client.get_workflow_handle(result.workflow_id).describe()
     assert described.typed_search_attributes.get(TURN_MODEL) == "demo:echo"
+    # the new branches replay (the recorded sets' worker runs an on_step_finish: it never
+    # takes the first one)
+    for n in (2, 3):
+        history = await harness.client.get_workflow_handle(
+            f"{conversation}/turn-{n}"
+        ).fetch_history()
+        for runner in RUNNERS:
+            await replayer(runner).replay_workflow(history)
 
 
 async def test_a_user_on_step_finish_keeps_its_finish_turn(harness: Harness) -> None:
