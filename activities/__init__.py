@@ -15,6 +15,7 @@ from durable_turns.activities.compact import CompactActivities
 from durable_turns.activities.conversation import ConversationActivities, intake_pause
 from durable_turns.activities.deps import ActivityDeps
 from durable_turns.activities.finish import FinishActivities
+from durable_turns.activities.last_step import LastStepActivities
 from durable_turns.activities.model_step import ModelStepActivities
 from durable_turns.activities.tool_call import ToolCallActivities
 
@@ -31,7 +32,7 @@ def all_activities(deps: ActivityDeps) -> list[Callable[..., Any]]:
         conversation.mark_cancel,
         intake_pause,
         BeginActivities(deps).begin_turn,
-        ModelStepActivities(deps).model_step,
+        LastStepActivities(ModelStepActivities(deps), finish).model_step,
         ToolCallActivities(deps).tool_call,
         AgentRelayActivities(deps).relay_agent,
         CompactActivities(deps).compact,

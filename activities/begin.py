@@ -165,6 +165,7 @@ class BeginActivities:
             ),
             max_compactions=max(overflow.max_compactions, 1),
             crash_retries=settings.crash_retries,
+            lean_upserts=True,
         )
 
 

@@ -1,12 +1,14 @@
 """How a turn ends: ``finish_turn``, ``fail_turn`` and ``chat_response``.
 
 finish_turn runs on_step_finish for the last step, checks structured output and persists
-the assistant message; fail_turn persists what the turn produced, then asks on_chat_error
-what the caller sees; chat_response calls on_chat_response after the turn lock is released.
+the assistant message (``finish_here``: the same, inside the last model step, when no user
+code runs there); fail_turn persists what the turn produced, then asks on_chat_error what the
+caller sees; chat_response calls on_chat_response after the turn lock is released.
 """
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -36,9 +38,13 @@ from durable_turns.contract import (
 from durable_turns.errors import DurableTurnsError
 from durable_turns.hooks.types import ChatErrorContext, ChatResponseResult
 from durable_turns.messages import Message, ToolCallPart
-from durable_turns.store import StepRecord, ToolResultRecord, TurnRecord
+from durable_turns.store import StepRecord, ToolResultRecord, TurnRecord, TurnState
 from durable_turns.store.base import owns, started
 from durable_turns.streams import TURN_FINISH, StreamUnavailable
+
+FINISH_HERE_S = 10.0
+"""How long the last model step may spend finishing its turn (``finish_here``) before it
+leaves that to ``finish_turn``: a store that does not answer within it is waited for there."""
 
 
 class FinishActivities:
@@ -50,7 +56,31 @@ class FinishActivities:
         """on_step_finish(last) → check structured output → persist the assistant message."""
         if (agent := self.deps.of(inp.turn)) is not self.deps:  # a sub-agent's turn
             return await FinishActivities(agent).finish_turn(inp)
-        state = await self.deps.turn_state(inp.turn)
+        return await self._finish(await self.deps.turn_state(inp.turn), inp)
+
+    async def finish_here(self, inp: FinishTurnInput) -> TurnResult | None:
+        """``finish_turn`` inside the activity that asks (the last model step, ``last_step``)
+        when it runs none of the user's code (no ``on_step_finish``, no structured output,
+        whose failure asks ``on_chat_error``); None: left to ``finish_turn``, which also
+        takes over whatever failed here (it writes idempotently, as its own retries do)."""
+        if (agent := self.deps.of(inp.turn)) is not self.deps:  # a sub-agent's turn
+            return await FinishActivities(agent).finish_here(inp)
+        if inp.status != "completed" or self.deps.lifecycle.runs_code("on_step_finish"):
+            return None
+        try:
+            async with (
+                asyncio.timeout(FINISH_HERE_S),
+                keep_alive(self.deps.beat_every, at_once=False),
+            ):
+                state = await self.deps.turn_state(inp.turn)
+                if ctx_build.turn_config(state.turn).output is not None:
+                    return None
+                return await self._finish(state, inp)
+        except Exception as e:  # finish_turn, a local activity, runs it again
+            activity.logger.warning("turn %s: finished by finish_turn: %r", inp.turn.turn_id, e)
+            return None
+
+    async def _finish(self, state: TurnState, inp: FinishTurnInput) -> TurnResult:
         turn, steps, results = state.turn, state.steps, state.results
         after = turn.turn_number + 1 if inp.auto_continue else None
         if steps and inp.status == "completed":

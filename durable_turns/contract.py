@@ -276,6 +276,14 @@ TURN_MODEL = SearchAttributeKey.for_keyword("TurnModel")
 SEARCH_ATTRIBUTES = (CONVERSATION_ID, TURN_STATUS, TURN_MODEL)
 
 
+def model_attribute(model: str) -> str:
+    """``TurnModel``'s value for ``model``: cut to :data:`MAX_MODEL_ID_BYTES` (a keyword search
+    attribute over 2 KiB would get the turn terminated)."""
+    return model.encode("utf-8", errors="replace")[:MAX_MODEL_ID_BYTES].decode(
+        "utf-8", errors="ignore"
+    )
+
+
 def validation_problems(error: ValidationError, limit: int | None = None) -> str:
     """A pydantic error as one line a client (or a model) can act on: ``field: problem; …``
     (without pydantic's own wording around it: "1 validation error for …", "Value error, ").
@@ -935,6 +943,13 @@ class TurnPlan(Internal):
     crash_retries: int = 5
     """How often one activity of the turn is run again after its worker died
     (``TURNS_CRASH_RETRIES``); counted apart from ``max_retries``."""
+    lean_upserts: bool = False
+    """Set by every ``begin_turn`` since the change that spends fewer billable actions: the
+    turn upserts ``TurnModel`` after it only when its start set another value, and sets it in
+    its final upsert, with ``TurnStatus``, when its start set none. A recorded result versions
+    the change as a patch marker would (a history ``begin_turn`` answered without it replays
+    the upsert it made), without the ``TemporalChangeVersion`` upsert each new workflow that
+    asks ``workflow.patched`` makes, itself a billable action (docs/deployment.md)."""
 
 
 SHARE_KEY = "durable_turns_worker"
@@ -974,6 +989,11 @@ class ModelStepInput(Internal):
     """A failure of this attempt ends the step (with ``attempt`` set)."""
     recovery: Recovery | None = None
     """Set when the attempt before this one was lost: this attempt is a recovery."""
+    finish: FinishTurnInput | None = None
+    """Set when the turn ends ``completed`` should this step call no tool: the activity then
+    finishes the turn as ``finish_turn`` would, when no user code runs there
+    (``StepSummary.result``); else (or on a worker that predates the field) the workflow
+    runs ``finish_turn``. The recorded result decides, so a history either way replays."""
 
 
 class ToolCallRef(Internal):
@@ -997,6 +1017,8 @@ class StepSummary(Internal):
     usage: Usage = Field(default_factory=Usage)
     text_chars: int = 0
     error: str | None = None
+    result: TurnResult | None = None
+    """The turn's result when the step finished the turn too (``ModelStepInput.finish``)."""
 
 
 class ToolCallInput(Internal):

@@ -101,8 +101,7 @@ async def test_proactive_compaction_before_the_next_step(harness: Harness) -> No
         "model_step",
         "tool_call",
         "compact",
-        "model_step",
-        "finish_turn",
+        "model_step",  # it finished the turn too: no on_step_finish runs (last_step)
     ]
     assert len(compactions(harness)) == 1
 

@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_CONTINUE,
         SIGNAL_SUBMIT,
         SIGNAL_TOOL_RESULT,
+        TURN_MODEL,
         TURN_SIGNAL_TOOL_RESULT,
         TURN_STATUS,
         TURN_WORKFLOW,
@@ -56,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         PendingRequest,
         RequestRecord,
         TurnResult,
+        model_attribute,
     )
     from durable_turns.workflows import conversation_machine as machine
     from durable_turns.workflows import options
@@ -233,6 +235,12 @@ class ConversationWorkflow:
             self._turn = None
 
     async def _start_turn(self, start: TurnStart) -> workflow.ChildWorkflowHandle[Any, TurnResult]:
+        attributes = [
+            SearchAttributePair(CONVERSATION_ID, self.machine.id),
+            SearchAttributePair(TURN_STATUS, "running"),
+        ]
+        if start.input.model:  # free at the start; the turn upserts it only if it differs
+            attributes.append(SearchAttributePair(TURN_MODEL, model_attribute(start.input.model)))
         return await workflow.start_child_workflow(
             TURN_WORKFLOW,
             start.input,
@@ -240,12 +248,7 @@ class ConversationWorkflow:
             result_type=TurnResult,
             static_summary=start.summary,
             static_details=start.details,
-            search_attributes=TypedSearchAttributes(
-                [
-                    SearchAttributePair(CONVERSATION_ID, self.machine.id),
-                    SearchAttributePair(TURN_STATUS, "running"),
-                ]
-            ),
+            search_attributes=TypedSearchAttributes(attributes),
         )
 
     async def _add(self, request: PendingRequest) -> None:

@@ -35,7 +35,6 @@ with workflow.unsafe.imports_passed_through():
         FINISH_TURN,
         INVALID_ID,
         INVALID_REQUEST,
-        MAX_MODEL_ID_BYTES,
         MAX_TOOL_RESULT_BYTES,
         MODEL_STEP,
         QUERY_STATE,
@@ -69,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
         agent_call_id,
         id_problem,
         metadata_problem,
+        model_attribute,
         split_agent_call_id,
     )
     from durable_turns.messages import Usage
@@ -110,6 +110,10 @@ class TurnWorkflow:
         """Answers to sub-agents' calls on their way to the sub-agent's turn."""
         self._forwarder: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Future[None]] = set()
+        self._finished: TurnResult | None = None
+        """The turn's result, when its last model step finished it (``StepSummary.result``)."""
+        self._model_attr: str | None = None
+        """``TurnModel``'s value, left for the final upsert (``TurnPlan.lean_upserts``)."""
 
     @workflow.query(name=QUERY_STATE)
     def state(self) -> dict[str, object]:
@@ -308,7 +312,10 @@ class TurnWorkflow:
         )
         self._input = inp
         result = await self._run_turn(inp, ref)
-        workflow.upsert_search_attributes([TURN_STATUS.value_set(result.status)])
+        final = [TURN_STATUS.value_set(result.status)]
+        if self._model_attr is not None:
+            final.append(TURN_MODEL.value_set(self._model_attr))
+        workflow.upsert_search_attributes(final)
         workflow.set_current_details(_details(result))
         if (workflow.info().parent is None or inp.agent) and result.respond:
             # Started directly, or a sub-agent's: no conversation runs on_chat_response for us.
@@ -386,11 +393,12 @@ class TurnWorkflow:
         self._stage = "stream"
         if not plan.skip:
             self._model = plan.model
-            # a keyword search attribute over 2 KiB would get the turn terminated
-            model_attr = plan.model.encode("utf-8", errors="replace")[:MAX_MODEL_ID_BYTES]
-            workflow.upsert_search_attributes(
-                [TURN_MODEL.value_set(model_attr.decode("utf-8", errors="ignore"))]
-            )
+            model_attr = model_attribute(plan.model)
+            started = workflow.info().typed_search_attributes.get(TURN_MODEL)
+            if not plan.lean_upserts or (started is not None and started != model_attr):
+                workflow.upsert_search_attributes([TURN_MODEL.value_set(model_attr)])
+            elif started is None:  # set with TurnStatus at the end: one upsert, not two
+                self._model_attr = model_attr
         return plan
 
     async def _steps(self, ref: TurnRef, plan: TurnPlan) -> tuple[int, str | None]:
@@ -412,6 +420,7 @@ class TurnWorkflow:
             last = await self._model_step(ref, plan, step, last)
             if last.outcome == "stopped":
                 raise recovery.Stopped
+            self._finished = last.result
             steps = self._completed = step + 1
             self._usage += last.usage
             if last.outcome == "context_overflow":
@@ -477,6 +486,12 @@ class TurnWorkflow:
                 summary=f"model step {step} · {plan.model}{size}",
             )
 
+        # a step that calls no tool ends the turn completed: it may finish it too (its
+        # recorded result says whether it did)
+        continuation = self._input is not None and self._input.continuation
+        finish = FinishTurnInput(
+            turn=ref, steps=step + 1, status="completed", continuation=continuation
+        )
         seen = recovery.Tracker()
         return await options.with_budgets(
             lambda n, failed, last: attempt(
@@ -488,6 +503,7 @@ class TurnWorkflow:
                     failures=failed,
                     last_try=last,
                     recovery=seen.last,
+                    finish=finish,
                 ),
                 options.ONE_ATTEMPT,
             ),
@@ -674,6 +690,8 @@ class TurnWorkflow:
     ) -> TurnResult:
         self._status = status
         self._stage = "persist"
+        if status == "completed" and self._finished is not None:  # by its last model step
+            return self._finished
         finish = FinishTurnInput(
             turn=ref,
             steps=steps,
