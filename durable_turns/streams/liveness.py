@@ -73,7 +73,8 @@ HANDED_OVER_MESSAGE = "the worker running it is shutting down: handed over to an
 
 @dataclass
 class AttemptRecord:
-    """What a watcher needs to recover one model-step attempt of a dead worker."""
+    """What a watcher needs to recover one attempt of a dead worker: a model step's, or
+    (``stage`` "tool") a tool call's."""
 
     task_token: str
     """The activity's task token, base64."""
@@ -86,6 +87,17 @@ class AttemptRecord:
     step: int
     attempt: int
     failures: int
+    stage: str = "stream"
+    """The ``recovering`` event's stage: "stream" (a model step) or "tool" (a tool call)."""
+    tool_call_id: str = ""
+    tool_name: str = ""
+
+    @property
+    def what(self) -> str:
+        """The attempt, as a log line names it."""
+        if self.stage == "tool":
+            return f"tool {self.tool_name} ({self.tool_call_id}) of step {self.step}"
+        return f"model step {self.step}"
 
     def body(self) -> str:
         return json.dumps(self.__dict__, separators=(",", ":"))
@@ -99,7 +111,7 @@ class AttemptRecord:
         (as ``activities.recovery.announce`` writes them; the next attempt's deaths are
         this attempt's number less its failures)."""
         nxt, deaths = self.attempt + 1, self.attempt - self.failures
-        once = f"{RECOVERING}:stream:{self.step}::{nxt}:{deaths}"
+        once = f"{RECOVERING}:{self.stage}:{self.step}:{self.tool_call_id}:{nxt}:{deaths}"
         return f"{self.run_id}/{once}", nxt, deaths
 
 
@@ -222,16 +234,19 @@ class Liveness:
         still end within the grace. Returns how many were handed over."""
         if not self.others_alive():  # nobody to take them: the grace may see them end
             return 0
-        mine = list(self._mine.items())
-        self._mine.clear()
+        # tool calls are left to the grace: a tool may not be safe to run twice, and one cut
+        # short here would run again while nothing says it stopped where it runs
+        mine = [(k, v) for k, v in self._mine.items() if v[0].stage != "tool"]
+        for key, _ in mine:
+            del self._mine[key]
 
         async def one(key: str, record: AttemptRecord, task: asyncio.Task[Any]) -> None:
             if task.done():
                 return
             log.warning(
-                "turn %s: model step %d attempt %d handed over: %s",
+                "turn %s: %s attempt %d handed over: %s",
                 record.workflow_id,
-                record.step,
+                record.what,
                 record.attempt,
                 message,
             )
@@ -301,9 +316,9 @@ class Liveness:
     async def _fail(self, rec: AttemptRecord, worker: str, turns: int, silent_s: float) -> None:
         message = LOST_MESSAGE.format(silent_s)
         log.warning(
-            "turn %s: model step %d attempt %d: %s %s",
+            "turn %s: %s attempt %d: %s %s",
             rec.workflow_id,
-            rec.step,
+            rec.what,
             rec.attempt,
             worker,
             message,
@@ -317,13 +332,16 @@ class Liveness:
         one is then the same batch), the turn's next workflow task off the worker's sticky
         queue, and the activity failed with ``error`` by its task token."""
         writer, nxt, deaths = rec.recovering_writer()
-        data = {
-            "stage": "stream",
+        data: dict[str, Any] = {
+            "stage": rec.stage,
             "reason": reason,
             "message": error.message,
             "attempt": nxt,
             "deaths": deaths,
         }
+        if rec.stage == "tool":  # as ``activities.recovery.announce`` says a tool call's
+            data["tool_call_id"] = rec.tool_call_id
+            data["tool_name"] = rec.tool_name
         event = encode_event(RECOVERING, data, step=rec.step, attempt=nxt)
         try:
             await asyncio.wait_for(
