@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         SIGNAL_TOOL_RESULT,
         TURN_SIGNAL_TOOL_RESULT,
         TURN_STATUS,
+        TURN_TASK_TIMEOUT_S,
         TURN_WORKFLOW,
         UNKNOWN_SIGNAL,
         UPDATE_SEND,
@@ -238,6 +239,7 @@ class ConversationWorkflow:
             start.input,
             id=start.workflow_id,
             result_type=TurnResult,
+            task_timeout=timedelta(seconds=TURN_TASK_TIMEOUT_S),
             static_summary=start.summary,
             static_details=start.details,
             search_attributes=TypedSearchAttributes(

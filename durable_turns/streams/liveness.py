@@ -1,4 +1,4 @@
-"""Liveness: a dead worker's model step recovered in about two seconds, not a heartbeat timeout.
+"""Liveness: a dead worker's model step or tool call recovered in about two seconds.
 
 Temporal learns that the worker running an activity is gone only when the activity's
 heartbeats stop for its heartbeat timeout (30 s by default): a reply whose worker was
@@ -8,19 +8,21 @@ every worker already writes to (as the cancel marks do, ``streams.cancel``):
 * each worker process counts a *beat* there every ``lost_after / 6`` (``beat``), from a
   thread of its own with its own connection, so a busy or blocked event loop does not look
   like a death (a frozen process is still found by its heartbeat timeout);
-* a running model step records its attempt under its worker (``attempt_started``): the
-  activity's task token, and what its ``recovering`` event needs;
+* a running model step or tool call records its attempt under its worker
+  (``attempt_started``; ``ActivityDeps.recorded_attempt``): the activity's task token, and
+  what its ``recovering`` event needs (a tool call's: stage ``tool``, its call id and name);
 * every worker watches the beat counts (one read of every count per beat interval). When a
   worker's count has not moved for ``lost_after`` of the watcher's own clock (no clocks are
   compared across machines), the watcher takes each of its attempts (``take_attempt``: of
   many watchers one wins), publishes the ``recovering`` event on the turn's stream, moves
   the turn's next workflow task off the dead worker's sticky queue, and fails the activity
-  by its task token (the public async-completion API) with the failure a heartbeat timeout
-  would have had (a ``TimeoutError`` of type HEARTBEAT whose last heartbeat names the dead
-  worker: ``heartbeats.share``). The turn workflow then sees exactly what it sees after a
-  heartbeat timeout (the same crash budget, the same retry about a second later), only
-  ~28 s sooner, with no change to the workflow: the history shows an ``ActivityTaskFailed``
-  where a heartbeat timeout leaves an ``ActivityTaskTimedOut``.
+  by its task token (the public async-completion API) with a ``WorkerLost`` failure that
+  names the dead worker as a heartbeat timeout's last heartbeat would (``heartbeats.share``),
+  and that the turn counts as a heartbeat timeout (patch ``liveness``). The turn workflow
+  then sees what it sees after a heartbeat timeout (the same crash budget, the same retry about a second later; a tool
+  call runs again, as after a heartbeat timeout, or says it was interrupted when it is not
+  ``retry_safe``), only ~28 s sooner, with no change to the workflow: the history shows an
+  ``ActivityTaskFailed`` where a heartbeat timeout leaves an ``ActivityTaskTimedOut``.
 
 A worker that is shutting down (SIGTERM: a deploy) does the same for its own running
 model steps at once (``hand_over``, before Temporal's graceful shutdown would let them
@@ -30,13 +32,22 @@ of the infrastructure, not the turn's crash budget), then the step cancelled whe
 so it streams no more and saves nothing. Its failure says it was handed over, so the turn
 starts the next attempt on another worker at once, with no retry timer (patch ``handover``). Only
 when another worker beats: alone, a step may still end within the grace. Tool calls are
-left to the grace (a tool may not be safe to run twice).
+left to the grace (a tool may not be safe to run twice, and one cancelled here may not stop
+where it runs); their worker beats on while it drains, so no watcher takes them either.
+
+What liveness cannot reach: a local activity (begin, finish or fail turn) runs inside its
+turn's workflow task, which no public API fails for a dead worker; the task waits its
+timeout, shortened for turns (``contract.TURN_TASK_TIMEOUT_S``). Activities that record no
+attempt (a compaction, ``on_chat_response``, a sub-agent's relay) keep their heartbeat
+timeout.
 
 A worker declared dead that is in fact alive (cut off from the backend, or starved of CPU
-for longer than ``lost_after``) is safe: its activity's completion, heartbeats and fails
-are refused by Temporal (the attempt is over), and what it still streams carries an older
-attempt number than the new attempt's ``reset``, which readers drop (``live_events``); the
-cost is the work of a re-run. The recovering event carries the writer and batch number the
+for longer than ``lost_after``) is safe for the reply: its activity's completion, heartbeats
+and fails are refused by Temporal (the attempt is over), and what it still streams carries
+an older attempt number than the new attempt's ``reset``, which readers drop
+(``live_events``); the cost is the work of a re-run, and for a tool call, a second run of
+the tool while the first may still be running (as after a heartbeat timeout; the call id is
+the tool's idempotency key). The recovering event carries the writer and batch number the
 next attempt's own one uses (``activities.recovery.announce``), so the stream holds it once.
 """
 
