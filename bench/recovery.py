@@ -1,6 +1,7 @@
-"""Recovery at the defaults: SIGKILL or SIGTERM the worker streaming a reply, time the next chunk.
+"""Recovery at the defaults: SIGKILL or SIGTERM a worker mid-turn, time what the user sees next.
 
-    python -m bench.recovery [--rounds-off 3] [--rounds 10] [--rounds-term 10]
+    python -m bench.recovery [--rounds-off 3] [--rounds 10] [--rounds-term 8]
+                             [--rounds-tool 10] [--rounds-held 5]
 
 Two engine workers (``python worker.py``, every setting at its default: a 30 s heartbeat
 timeout, the SQLite chunk stream) serve one task queue. Each round submits a turn whose one
@@ -19,6 +20,19 @@ its model steps (``Liveness.hand_over``) against liveness off (no hand-over: the
 streams on for the 10 s shutdown grace, then runs again from scratch). Also counted: the
 characters the user had seen of the replaced attempt, which the next attempt's reset
 rewinds. Target: SIGTERM → next chunk p95 ≤ 1 s.
+
+A SIGKILL half a second into a 3 s tool call (``testkit.tools.slow``), liveness on against
+off: timed to the ``recovering`` event, to the call's next attempt starting (its history),
+to its ``tool-result`` and to the next step's first chunk (these two include the tool's
+re-run); audited: the call failed as ``WorkerLost``, its result once, the reply whole.
+
+A SIGKILL inside the turn's workflow task: the last step's ``on_step_finish`` (``HoldFinish``)
+holds finish_turn, a local activity, so the workflow task, for 3 s, and the worker is killed
+then, as one killed just as a model step ends may be. No public API fails a dead worker's
+workflow task: the turn waits its workflow task timeout. Timed to the ``recovering`` event
+and to the turn's end, at the turns' ``TURN_TASK_TIMEOUT_S`` against Temporal's default
+10 s (turns started directly with each, as a conversation starts its child). Last, how long
+every workflow task of the run's other turns ran (Started → Completed), against that timeout.
 Writes ``bench/results/recovery.md`` and ``.json``.
 """
 
