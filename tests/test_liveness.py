@@ -294,6 +294,25 @@ async def test_a_blocked_event_loop_is_not_a_death_but_silence_is() -> None:
         await asyncio.to_thread(looker.join)
 
 
+async def test_a_watcher_judges_silence_only_over_a_span_it_watched() -> None:
+    """A watcher whose reads stopped for a while (its loop starved, the backend stalled,
+    which holds every worker's beats back) starts its clocks again instead of finding every
+    worker silent at once; a worker that stays silent while it watches is found."""
+    backend = MemoryBackend(f"liveness-{uuid.uuid4().hex[:6]}")
+    watcher = _liveness(backend, "watcher", 0.3)
+    await backend.beat("other")
+    assert await watcher.check() == []
+    await asyncio.sleep(0.5)  # no read for longer than lost-after: a gap, not a silence
+    assert await watcher.check() == [], "a gap in the watch is not a death"
+    found: list[str] = []
+    for _ in range(20):  # watched every 0.05 s, "other" silent: found after 0.3 s
+        await asyncio.sleep(0.05)
+        found += await watcher.check()
+        if found:
+            break
+    assert found == ["other"]
+
+
 async def test_a_dead_workers_attempt_is_taken_by_one_watcher() -> None:
     backend = MemoryBackend(f"liveness-{uuid.uuid4().hex[:6]}")
     record = AttemptRecord(

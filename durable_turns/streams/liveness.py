@@ -13,7 +13,7 @@ every worker already writes to (as the cancel marks do, ``streams.cancel``):
   what its ``recovering`` event needs (a tool call's: stage ``tool``, its call id and name);
 * every worker watches the beat counts (one read of every count per beat interval). When a
   worker's count has not moved for ``lost_after`` of the watcher's own clock (no clocks are
-  compared across machines), the watcher takes each of its attempts (``take_attempt``: of
+  compared across machines; only over a span the watcher watched: ``check``), the watcher takes each of its attempts (``take_attempt``: of
   many watchers one wins), publishes the ``recovering`` event on the turn's stream, moves
   the turn's next workflow task off the dead worker's sticky queue, and fails the activity
   by its task token (the public async-completion API) with a ``WorkerLost`` failure that
@@ -150,6 +150,8 @@ class Liveness:
     """Attempts this worker handed over at its shutdown (``hand_over``)."""
     _handed: set[str] = field(default_factory=set)
     _warned_at: float = -float("inf")
+    _looked_at: float | None = None
+    """When this watcher's last read of the beats ended (its own clock)."""
 
     @property
     def interval_s(self) -> float:
@@ -293,9 +295,19 @@ class Liveness:
 
     async def check(self) -> list[str]:
         """One look at every worker's beats; recover the attempts of the silent ones.
-        Returns the workers found silent."""
-        now = time.monotonic()
+        Returns the workers found silent.
+
+        A silence is judged only over a span this watcher watched: after a gap of more than
+        ``lost_after / 2`` between its reads (its own loop starved, or the backend stalled,
+        which holds the others' beats back too), every clock starts again, so a stall of the
+        backend is not taken for the death of every worker (a tool call would then run
+        twice)."""
         beats = await self.backend.beats()
+        now = time.monotonic()
+        looked, self._looked_at = self._looked_at, now
+        if looked is None or now - looked > self.lost_after_s / 2:
+            self._seen = {w: (c, now) for w, c in beats.items() if w != self.worker}
+            return []
         silent = []
         for worker, count in beats.items():
             if worker == self.worker:
