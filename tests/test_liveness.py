@@ -85,20 +85,10 @@ async def test_sigkill_mid_tool_is_recovered_before_the_heartbeat_timeout(
     another worker alive is found by its missed liveness beats, the call fails as
     ``WorkerLost`` (counted as its heartbeat timeout of 120 s would have been) and runs again
     on the other worker, with the same call id; the turn ends with its result, once."""
-    env = {"TURNS_HEARTBEAT_TIMEOUT_S": "120", "TURNS_STALL_TIMEOUT_MS": "240000"}
-    workers = [harness.start_worker(**env), harness.start_worker(**env)]
-    model = harness.script(
-        [
-            {"tool_calls": [{"name": "slow", "input": {"seconds": 4}}]},
-            {"text": "result: {tool_result}"},
-        ]
+    victim, conversation, request = await _mid_tool_on_two(
+        harness, "liveness-tool", TURNS_STALL_TIMEOUT_MS="240000"
     )
-    conversation = harness.conv("liveness-tool")
-    request = await harness.turns.submit(conversation, "go", model=model)
     workflow_id = turn_workflow_id(conversation, 1)
-    pid = await running_step_pid(harness, workflow_id, "tool_call")
-    await wait_until(lambda: any(r["phase"] == "start" for r in harness.tool_runs()), within=60)
-    [victim] = [w for w in workers if w.proc.pid == pid]
     streams = await chunk_backend(harness)
     try:
         victim.kill()
@@ -141,20 +131,10 @@ async def test_sigterm_mid_tool_leaves_the_tool_to_its_grace(harness: Harness) -
     """A deploy's SIGTERM mid-tool, another worker alive: the tool call is not handed over
     (a tool may not be safe to run twice) nor declared lost while its worker drains; it ends
     within the grace where it runs, once, and the turn goes on."""
-    env = {"TURNS_HEARTBEAT_TIMEOUT_S": "120", "TURNS_SHUTDOWN_GRACE_S": "60"}
-    workers = [harness.start_worker(**env), harness.start_worker(**env)]
-    model = harness.script(
-        [
-            {"tool_calls": [{"name": "slow", "input": {"seconds": 4}}]},
-            {"text": "result: {tool_result}"},
-        ]
+    victim, conversation, request = await _mid_tool_on_two(
+        harness, "liveness-tool-term", TURNS_SHUTDOWN_GRACE_S="60"
     )
-    conversation = harness.conv("liveness-tool-term")
-    request = await harness.turns.submit(conversation, "go", model=model)
     workflow_id = turn_workflow_id(conversation, 1)
-    pid = await running_step_pid(harness, workflow_id, "tool_call")
-    await wait_until(lambda: any(r["phase"] == "start" for r in harness.tool_runs()), within=60)
-    [victim] = [w for w in workers if w.proc.pid == pid]
     victim.terminate()
     result = await asyncio.wait_for(harness.turns.wait(conversation, request), 90)
     assert result.status == "completed" and result.text == "result: slept 4.0s"
@@ -223,6 +203,27 @@ async def _mid_stream_on_two(
         raise
     [victim] = [w for w in workers if w.proc.pid == pid]
     return victim, conversation, request, streams
+
+
+async def _mid_tool_on_two(
+    harness: Harness, name: str, **env: str
+) -> tuple[WorkerProcess, str, str]:
+    """Two workers (a 120 s heartbeat timeout), a turn whose tool call (4 s) has started on
+    one of them: that worker, the conversation and the request."""
+    env = {"TURNS_HEARTBEAT_TIMEOUT_S": "120", **env}
+    workers = [harness.start_worker(**env), harness.start_worker(**env)]
+    model = harness.script(
+        [
+            {"tool_calls": [{"name": "slow", "input": {"seconds": 4}}]},
+            {"text": "result: {tool_result}"},
+        ]
+    )
+    conversation = harness.conv(name)
+    request = await harness.turns.submit(conversation, "go", model=model)
+    pid = await running_step_pid(harness, turn_workflow_id(conversation, 1), "tool_call")
+    await wait_until(lambda: any(r["phase"] == "start" for r in harness.tool_runs()), within=60)
+    [victim] = [w for w in workers if w.proc.pid == pid]
+    return victim, conversation, request
 
 
 async def _whole_once_after_one_failure(
