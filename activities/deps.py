@@ -110,10 +110,13 @@ class ActivityDeps:
         return root._cancel_watch
 
     @contextlib.asynccontextmanager
-    async def recorded_attempt(self, turn: TurnRef, step: int) -> AsyncIterator[None]:
-        """While the block runs, the running model step's attempt is recorded under this
-        worker, so that the other workers recover it within ``TURNS_LIVENESS_MS`` of the
-        worker's death (``streams.liveness``); nothing when liveness is off."""
+    async def recorded_attempt(
+        self, turn: TurnRef, step: int, tool: tuple[str, str] | None = None
+    ) -> AsyncIterator[None]:
+        """While the block runs, the running model step's attempt (``tool``: the tool call's,
+        its id and name) is recorded under this worker, so that the other workers recover it
+        within ``TURNS_LIVENESS_MS`` of the worker's death (``streams.liveness``); nothing
+        when liveness is off."""
         liveness = (self.root or self).liveness
         info = activity.info()
         if liveness is None or info.is_local:
@@ -132,6 +135,8 @@ class ActivityDeps:
             attempt=number,
             failures=heartbeats.failures(number),
         )
+        if tool is not None:
+            record.stage, (record.tool_call_id, record.tool_name) = "tool", tool
         async with liveness.running(f"{info.workflow_run_id}/{info.activity_id}", record):
             yield
 

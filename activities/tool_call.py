@@ -1,7 +1,9 @@
 """``tool_call``: before_tool_call → execute (or block / substitute) → after_tool_call → persist.
 
 The decision and the result are stored under the tool call id, so a retried attempt never
-runs the tool twice once it has finished; tools receive that id as an idempotency key.
+runs the tool twice once it has finished; tools receive that id as an idempotency key. Each
+attempt is recorded for liveness (``streams.liveness``): a SIGKILLed worker's call is failed
+by another worker as its heartbeat timeout would have, about two seconds after the death.
 """
 
 from __future__ import annotations
@@ -46,6 +48,14 @@ class ToolCallActivities:
         if (agent := self.deps.of(inp.turn)) is not self.deps:  # a sub-agent's turn
             return await ToolCallActivities(agent).tool_call(inp)
         heartbeats.count_attempt(inp.attempt, inp.failures)
+        # recorded for liveness: a SIGKILLed worker's call runs again within about two
+        # seconds, not after its heartbeat timeout, as a model step does
+        async with self.deps.recorded_attempt(
+            inp.turn, inp.step, (inp.tool_call_id, inp.tool_name)
+        ):
+            return await self._tool_call(inp)
+
+    async def _tool_call(self, inp: ToolCallInput) -> ToolOutcome:
         ref = inp.turn
         state = await self.deps.turn_state(ref)  # TurnTakenOver when another run owns it
         turn, steps = state.turn, state.steps

@@ -219,15 +219,26 @@ the next attempt need not wait (``workflows.options.with_budgets``)."""
 HANDOVER_PATCH = "handover"
 """The patch under which a turn retries a handed-over attempt at once, with no timer."""
 WORKER_LOST = "WorkerLost"
-"""A model step's worker stopped beating in the chunk stream (``streams.liveness``): another
-worker failed the attempt for it, a heartbeat timeout ahead of time (details: the dead
-worker's ``heartbeats.share``)."""
+"""A model step's or tool call's worker stopped beating in the chunk stream
+(``streams.liveness``): another worker failed the attempt for it, a heartbeat timeout ahead
+of time (details: the dead worker's ``heartbeats.share``)."""
 LIVENESS_PATCH = "liveness"
 """The patch under which a turn counts a ``WorkerLost`` failure as a heartbeat timeout."""
-LOST_AT_ONCE_PATCH = "lost-at-once"
-"""The patch under which a turn retries an attempt lost to a worker's death that liveness
-detected (``WorkerLost``) with no retry timer while its losses weigh one death at most: the
-detection window (``TURNS_LIVENESS_MS``) was its wait (``workflows.options.lost_wait``)."""
+LOST_AT_ONCE_KEY = "retry_at_once"
+"""A detail of a ``WorkerLost`` failure (``{LOST_AT_ONCE_KEY: True}``, set by the watcher that
+failed the attempt): the turn retries it with no retry timer while its losses weigh one
+death at most, for the detection window (``TURNS_LIVENESS_MS``) was its wait
+(``workflows.options.lost_wait``). Versioned by the recorded failure, not by a patch (a
+patch costs a ``TemporalChangeVersion`` upsert, a billable action, per turn): a
+``WorkerLost`` recorded by an earlier release lacks it, and its retry waits its timer."""
+TURN_TASK_TIMEOUT_S = 4.0
+"""The workflow task timeout of a turn's workflow (Temporal's default is 10 s): how long a
+workflow task that a worker started and never finished (it died meanwhile: while a begin or
+finish local activity ran in it, or while it replayed) waits before another worker runs it.
+A local activity longer than this keeps its task alive (the SDK heartbeats it every 0.8 ×
+this, three history events each); a task's own work takes milliseconds. Set on the child
+start of a conversation's turn and of a sub-agent's turn (a new child's option: histories
+recorded before replay alike). See docs/operations.md, "Recovery"."""
 CHUNK_STREAM_UNAVAILABLE = "ChunkStreamUnavailable"
 """A model step saved its output but could not write it to the live chunk stream within
 ``stream_write_timeout_s``: the next attempt (another worker, perhaps) writes the saved step

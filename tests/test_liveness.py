@@ -1,7 +1,7 @@
-"""Liveness (``streams.liveness``): a SIGKILLed worker's model step is recovered by another
-worker from the liveness records in the chunk stream, long before its heartbeat timeout; a
-SIGTERMed worker hands its model step over at once; a worker whose event loop is merely
-blocked is not declared dead."""
+"""Liveness (``streams.liveness``): a SIGKILLed worker's model step or tool call is recovered
+by another worker from the liveness records in the chunk stream, long before its heartbeat
+timeout; a SIGTERMed worker hands its model step over at once; a worker whose event loop is
+merely blocked is not declared dead."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from temporalio.client import Client
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 
 from durable_turns.contract import HANDED_OVER_KEY, SHARE_KEY, turn_workflow_id
+from durable_turns.messages import ToolResultPart
 from durable_turns.streams.base import MemoryBackend, live_events
 from durable_turns.streams.liveness import AttemptRecord, Liveness
 from durable_turns.workflows.options import is_handed_over
@@ -27,7 +28,8 @@ from tests.support.probes import chunk_backend, wait_until
 WORDS = " ".join(f"w{i}" for i in range(40))
 
 
-async def running_step_pid(harness: Harness, workflow_id: str) -> int:
+async def running_step_pid(harness: Harness, workflow_id: str, kind: str = "model_step") -> int:
+    """The pid of the worker running the turn's activity of type ``kind``, once started."""
     handle = harness.client.get_workflow_handle(workflow_id)
     pid = 0
 
@@ -39,7 +41,7 @@ async def running_step_pid(harness: Harness, workflow_id: str) -> int:
             return False
         for act in desc.raw_description.pending_activities:
             if (
-                act.activity_type.name == "model_step"
+                act.activity_type.name == kind
                 and act.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
                 and act.last_worker_identity
             ):
@@ -74,6 +76,75 @@ async def test_sigkill_mid_stream_is_recovered_before_the_heartbeat_timeout(
         assert text.split() == WORDS.split()
     finally:
         await streams.close()
+
+
+async def test_sigkill_mid_tool_is_recovered_before_the_heartbeat_timeout(
+    harness: Harness,
+) -> None:
+    """A tool call's attempt is recorded as a model step's is: a SIGKILL mid-tool with
+    another worker alive is found by its missed liveness beats, the call fails as
+    ``WorkerLost`` (counted as its heartbeat timeout of 120 s would have been) and runs again
+    on the other worker, with the same call id; the turn ends with its result, once."""
+    victim, conversation, request = await _mid_tool_on_two(
+        harness, "liveness-tool", TURNS_STALL_TIMEOUT_MS="240000"
+    )
+    workflow_id = turn_workflow_id(conversation, 1)
+    streams = await chunk_backend(harness)
+    try:
+        victim.kill()
+        result = await asyncio.wait_for(harness.turns.wait(conversation, request), 90)
+        assert result.status == "completed"
+        assert result.text == "result: slept 4.0s"
+        runs = harness.tool_runs()
+        starts = [r for r in runs if r["phase"] == "start"]
+        assert len(starts) == 2 and starts[0]["id"] == starts[1]["id"], "rerun, same call id"
+        assert [r["phase"] for r in runs].count("end") == 1, "the tool ran to its end once"
+        messages = await (await harness.store()).messages(conversation)
+        assert [m.role for m in messages] == ["user", "assistant"]
+        assert len([p for p in messages[1].parts if isinstance(p, ToolResultPart)]) == 1
+        # failed by a liveness watcher (ActivityTaskFailed WorkerLost), not timed out
+        history = await harness.client.get_workflow_handle(workflow_id).fetch_history()
+        types = [e.event_type for e in history.events]
+        assert EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT not in types
+        [failed] = [
+            e.activity_task_failed_event_attributes.failure
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+        ]
+        assert failed.application_failure_info.type == "WorkerLost"
+        assert "no liveness beat" in failed.message
+        assert await activity_attempts(harness, workflow_id, "tool_call") == [1, 2]
+        # the stream: the tool's recovering event once (the watcher's; the next attempt's
+        # own is the same batch), and its result once
+        events = await streams.read(workflow_id)
+        [recovering] = [e for e in events if e.type == "recovering"]
+        assert recovering.data["stage"] == "tool" and recovering.data["tool_name"] == "slow"
+        assert recovering.data["tool_call_id"] == starts[0]["id"]
+        assert recovering.data["reason"] == "worker_lost" and recovering.data["deaths"] == 1
+        assert recovering.attempt == 2 and "no liveness beat" in recovering.data["message"]
+        assert sum(e.type == "tool-result" for e in live_events(events)) == 1
+    finally:
+        await streams.close()
+
+
+async def test_sigterm_mid_tool_leaves_the_tool_to_its_grace(harness: Harness) -> None:
+    """A deploy's SIGTERM mid-tool, another worker alive: the tool call is not handed over
+    (a tool may not be safe to run twice) nor declared lost while its worker drains; it ends
+    within the grace where it runs, once, and the turn goes on."""
+    victim, conversation, request = await _mid_tool_on_two(
+        harness, "liveness-tool-term", TURNS_SHUTDOWN_GRACE_S="60"
+    )
+    workflow_id = turn_workflow_id(conversation, 1)
+    victim.terminate()
+    result = await asyncio.wait_for(harness.turns.wait(conversation, request), 90)
+    assert result.status == "completed" and result.text == "result: slept 4.0s"
+    assert [r["phase"] for r in harness.tool_runs()] == ["start", "end"], "ran once, whole"
+    assert await asyncio.to_thread(victim.proc.wait, 60) == 0, victim.log_tail()
+    assert await activity_attempts(harness, workflow_id, "tool_call") == [1]
+    history = await harness.client.get_workflow_handle(workflow_id).fetch_history()
+    types = [e.event_type for e in history.events]
+    assert EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED not in types
+    assert EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT not in types
 
 
 async def test_sigterm_mid_stream_hands_the_step_over_at_once(harness: Harness) -> None:
@@ -132,6 +203,27 @@ async def _mid_stream_on_two(
         raise
     [victim] = [w for w in workers if w.proc.pid == pid]
     return victim, conversation, request, streams
+
+
+async def _mid_tool_on_two(
+    harness: Harness, name: str, **env: str
+) -> tuple[WorkerProcess, str, str]:
+    """Two workers (a 120 s heartbeat timeout), a turn whose tool call (4 s) has started on
+    one of them: that worker, the conversation and the request."""
+    env = {"TURNS_HEARTBEAT_TIMEOUT_S": "120", **env}
+    workers = [harness.start_worker(**env), harness.start_worker(**env)]
+    model = harness.script(
+        [
+            {"tool_calls": [{"name": "slow", "input": {"seconds": 4}}]},
+            {"text": "result: {tool_result}"},
+        ]
+    )
+    conversation = harness.conv(name)
+    request = await harness.turns.submit(conversation, "go", model=model)
+    pid = await running_step_pid(harness, turn_workflow_id(conversation, 1), "tool_call")
+    await wait_until(lambda: any(r["phase"] == "start" for r in harness.tool_runs()), within=60)
+    [victim] = [w for w in workers if w.proc.pid == pid]
+    return victim, conversation, request
 
 
 async def _whole_once_after_one_failure(
@@ -203,6 +295,25 @@ async def test_a_blocked_event_loop_is_not_a_death_but_silence_is() -> None:
         await asyncio.to_thread(looker.join)
 
 
+async def test_a_watcher_judges_silence_only_over_a_span_it_watched() -> None:
+    """A watcher whose reads stopped for a while (its loop starved, the backend stalled,
+    which holds every worker's beats back) starts its clocks again instead of finding every
+    worker silent at once; a worker that stays silent while it watches is found."""
+    backend = MemoryBackend(f"liveness-{uuid.uuid4().hex[:6]}")
+    watcher = _liveness(backend, "watcher", 0.3)
+    await backend.beat("other")
+    assert await watcher.check() == []
+    await asyncio.sleep(0.5)  # no read for longer than lost-after: a gap, not a silence
+    assert await watcher.check() == [], "a gap in the watch is not a death"
+    found: list[str] = []
+    for _ in range(20):  # watched every 0.05 s, "other" silent: found after 0.3 s
+        await asyncio.sleep(0.05)
+        found += await watcher.check()
+        if found:
+            break
+    assert found == ["other"]
+
+
 async def test_a_dead_workers_attempt_is_taken_by_one_watcher() -> None:
     backend = MemoryBackend(f"liveness-{uuid.uuid4().hex[:6]}")
     record = AttemptRecord(
@@ -217,6 +328,11 @@ async def test_a_dead_workers_attempt_is_taken_by_one_watcher() -> None:
     # the recovering event's writer is the one the next attempt's own announce uses
     writer, attempt, deaths = record.recovering_writer()
     assert (writer, attempt, deaths) == ("run/recovering:stream:0::2:1", 2, 1)
+    # a tool call's: its stage and call id, as announce names a tool call's
+    tool = AttemptRecord.parse(record.body())
+    tool.stage, tool.tool_call_id, tool.tool_name = "tool", "call-1", "slow"
+    assert AttemptRecord.parse(tool.body()) == tool
+    assert tool.recovering_writer()[0] == "run/recovering:tool:0:call-1:2:1"
 
 
 @pytest.mark.parametrize("kind", ["sqlite"])

@@ -24,7 +24,7 @@ from durable_turns.contract import (
     INVALID_MODEL,
     INVALID_REQUEST,
     LIVENESS_PATCH,
-    LOST_AT_ONCE_PATCH,
+    LOST_AT_ONCE_KEY,
     PROVIDER_ERROR,
     SHARE_KEY,
     STORE_UNAVAILABLE,
@@ -114,6 +114,14 @@ def is_lost(err: ActivityError) -> bool:
     )
 
 
+def _detail(err: ActivityError, key: str) -> bool:
+    """Whether the failure's details hold ``{key: True}``."""
+    cause = err.cause
+    return isinstance(cause, ApplicationError) and any(
+        isinstance(d, dict) and d.get(key) is True for d in cause.details
+    )
+
+
 def is_handed_over(err: ActivityError) -> bool:
     """Whether the attempt's worker, shutting down, handed it over at once (a ``WorkerShutdown``
     with ``HANDED_OVER_KEY`` in its details: ``streams.liveness``'s ``hand_over``)."""
@@ -121,7 +129,7 @@ def is_handed_over(err: ActivityError) -> bool:
     return (
         isinstance(cause, ApplicationError)
         and cause.type == WORKER_SHUTDOWN
-        and any(isinstance(d, dict) and d.get(HANDED_OVER_KEY) is True for d in cause.details)
+        and _detail(err, HANDED_OVER_KEY)
     )
 
 
@@ -233,8 +241,8 @@ async def with_budgets(
     after failures; after losses, whose heartbeat timeout has been waited already, doubling
     with what they weigh, at most 10 s: ``death_wait``; after a hand-over, none: its worker
     left on purpose and another one is there, under patch ``handover``; after a loss liveness
-    detected, none while the losses weigh one death at most, under patch ``lost-at-once``:
-    ``lost_wait``): a few events per
+    detected, none while the losses weigh one death at most, when the failure says so
+    (``LOST_AT_ONCE_KEY``): ``lost_wait``): a few events per
     retry in the history, none when the first attempt succeeds. ``on_retry``
     sees each failure that is retried, before the wait (``recovery.Tracker.note``)."""
     deaths = failures = handovers = 0
@@ -267,7 +275,7 @@ async def with_budgets(
                 if is_handed_over(err) and workflow.patched(HANDOVER_PATCH):
                     handovers += 1  # weighs nothing: no wait, none added to later ones
                     wait = None
-                elif is_lost(err) and workflow.patched(LOST_AT_ONCE_PATCH):
+                elif is_lost(err) and _detail(err, LOST_AT_ONCE_KEY):
                     wait = lost_wait(deaths - handovers, timeouts)
             else:
                 failures += 1

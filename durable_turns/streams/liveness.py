@@ -1,4 +1,4 @@
-"""Liveness: a dead worker's model step recovered in about two seconds, not a heartbeat timeout.
+"""Liveness: a dead worker's model step or tool call recovered in about two seconds.
 
 Temporal learns that the worker running an activity is gone only when the activity's
 heartbeats stop for its heartbeat timeout (30 s by default): a reply whose worker was
@@ -8,19 +8,21 @@ every worker already writes to (as the cancel marks do, ``streams.cancel``):
 * each worker process counts a *beat* there every ``lost_after / 6`` (``beat``), from a
   thread of its own with its own connection, so a busy or blocked event loop does not look
   like a death (a frozen process is still found by its heartbeat timeout);
-* a running model step records its attempt under its worker (``attempt_started``): the
-  activity's task token, and what its ``recovering`` event needs;
+* a running model step or tool call records its attempt under its worker
+  (``attempt_started``; ``ActivityDeps.recorded_attempt``): the activity's task token, and
+  what its ``recovering`` event needs (a tool call's: stage ``tool``, its call id and name);
 * every worker watches the beat counts (one read of every count per beat interval). When a
   worker's count has not moved for ``lost_after`` of the watcher's own clock (no clocks are
-  compared across machines), the watcher takes each of its attempts (``take_attempt``: of
+  compared across machines; only over a span the watcher watched: ``check``), the watcher takes each of its attempts (``take_attempt``: of
   many watchers one wins), publishes the ``recovering`` event on the turn's stream, moves
   the turn's next workflow task off the dead worker's sticky queue, and fails the activity
-  by its task token (the public async-completion API) with the failure a heartbeat timeout
-  would have had (a ``TimeoutError`` of type HEARTBEAT whose last heartbeat names the dead
-  worker: ``heartbeats.share``). The turn workflow then sees exactly what it sees after a
-  heartbeat timeout (the same crash budget, the same retry about a second later), only
-  ~28 s sooner, with no change to the workflow: the history shows an ``ActivityTaskFailed``
-  where a heartbeat timeout leaves an ``ActivityTaskTimedOut``.
+  by its task token (the public async-completion API) with a ``WorkerLost`` failure that
+  names the dead worker as a heartbeat timeout's last heartbeat would (``heartbeats.share``),
+  and that the turn counts as a heartbeat timeout (patch ``liveness``). The turn workflow
+  then sees what it sees after a heartbeat timeout (the same crash budget, the same retry about a second later; a tool
+  call runs again, as after a heartbeat timeout, or says it was interrupted when it is not
+  ``retry_safe``), only ~28 s sooner, with no change to the workflow: the history shows an
+  ``ActivityTaskFailed`` where a heartbeat timeout leaves an ``ActivityTaskTimedOut``.
 
 A worker that is shutting down (SIGTERM: a deploy) does the same for its own running
 model steps at once (``hand_over``, before Temporal's graceful shutdown would let them
@@ -30,13 +32,22 @@ of the infrastructure, not the turn's crash budget), then the step cancelled whe
 so it streams no more and saves nothing. Its failure says it was handed over, so the turn
 starts the next attempt on another worker at once, with no retry timer (patch ``handover``). Only
 when another worker beats: alone, a step may still end within the grace. Tool calls are
-left to the grace (a tool may not be safe to run twice).
+left to the grace (a tool may not be safe to run twice, and one cancelled here may not stop
+where it runs); their worker beats on while it drains, so no watcher takes them either.
+
+What liveness cannot reach: a local activity (begin, finish or fail turn) runs inside its
+turn's workflow task, which no public API fails for a dead worker; the task waits its
+timeout, shortened for turns (``contract.TURN_TASK_TIMEOUT_S``). Activities that record no
+attempt (a compaction, ``on_chat_response``, a sub-agent's relay) keep their heartbeat
+timeout.
 
 A worker declared dead that is in fact alive (cut off from the backend, or starved of CPU
-for longer than ``lost_after``) is safe: its activity's completion, heartbeats and fails
-are refused by Temporal (the attempt is over), and what it still streams carries an older
-attempt number than the new attempt's ``reset``, which readers drop (``live_events``); the
-cost is the work of a re-run. The recovering event carries the writer and batch number the
+for longer than ``lost_after``) is safe for the reply: its activity's completion, heartbeats
+and fails are refused by Temporal (the attempt is over), and what it still streams carries
+an older attempt number than the new attempt's ``reset``, which readers drop
+(``live_events``); the cost is the work of a re-run, and for a tool call, a second run of
+the tool while the first may still be running (as after a heartbeat timeout; the call id is
+the tool's idempotency key). The recovering event carries the writer and batch number the
 next attempt's own one uses (``activities.recovery.announce``), so the stream holds it once.
 """
 
@@ -58,7 +69,13 @@ from temporalio.api.workflowservice.v1 import ResetStickyTaskQueueRequest
 from temporalio.client import Client
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
-from durable_turns.contract import HANDED_OVER_KEY, SHARE_KEY, WORKER_LOST, WORKER_SHUTDOWN
+from durable_turns.contract import (
+    HANDED_OVER_KEY,
+    LOST_AT_ONCE_KEY,
+    SHARE_KEY,
+    WORKER_LOST,
+    WORKER_SHUTDOWN,
+)
 from durable_turns.streams.base import RECOVERING, ChunkStreamBackend, encode_event
 
 log = logging.getLogger(__name__)
@@ -73,7 +90,8 @@ HANDED_OVER_MESSAGE = "the worker running it is shutting down: handed over to an
 
 @dataclass
 class AttemptRecord:
-    """What a watcher needs to recover one model-step attempt of a dead worker."""
+    """What a watcher needs to recover one attempt of a dead worker: a model step's, or
+    (``stage`` "tool") a tool call's."""
 
     task_token: str
     """The activity's task token, base64."""
@@ -86,6 +104,17 @@ class AttemptRecord:
     step: int
     attempt: int
     failures: int
+    stage: str = "stream"
+    """The ``recovering`` event's stage: "stream" (a model step) or "tool" (a tool call)."""
+    tool_call_id: str = ""
+    tool_name: str = ""
+
+    @property
+    def what(self) -> str:
+        """The attempt, as a log line names it."""
+        if self.stage == "tool":
+            return f"tool {self.tool_name} ({self.tool_call_id}) of step {self.step}"
+        return f"model step {self.step}"
 
     def body(self) -> str:
         return json.dumps(self.__dict__, separators=(",", ":"))
@@ -99,7 +128,7 @@ class AttemptRecord:
         (as ``activities.recovery.announce`` writes them; the next attempt's deaths are
         this attempt's number less its failures)."""
         nxt, deaths = self.attempt + 1, self.attempt - self.failures
-        once = f"{RECOVERING}:stream:{self.step}::{nxt}:{deaths}"
+        once = f"{RECOVERING}:{self.stage}:{self.step}:{self.tool_call_id}:{nxt}:{deaths}"
         return f"{self.run_id}/{once}", nxt, deaths
 
 
@@ -127,6 +156,8 @@ class Liveness:
     """Attempts this worker handed over at its shutdown (``hand_over``)."""
     _handed: set[str] = field(default_factory=set)
     _warned_at: float = -float("inf")
+    _looked_at: float | None = None
+    """When this watcher's last read of the beats ended (its own clock)."""
 
     @property
     def interval_s(self) -> float:
@@ -222,16 +253,19 @@ class Liveness:
         still end within the grace. Returns how many were handed over."""
         if not self.others_alive():  # nobody to take them: the grace may see them end
             return 0
-        mine = list(self._mine.items())
-        self._mine.clear()
+        # tool calls are left to the grace: a tool may not be safe to run twice, and one cut
+        # short here would run again while nothing says it stopped where it runs
+        mine = [(k, v) for k, v in self._mine.items() if v[0].stage != "tool"]
+        for key, _ in mine:
+            del self._mine[key]
 
         async def one(key: str, record: AttemptRecord, task: asyncio.Task[Any]) -> None:
             if task.done():
                 return
             log.warning(
-                "turn %s: model step %d attempt %d handed over: %s",
+                "turn %s: %s attempt %d handed over: %s",
                 record.workflow_id,
-                record.step,
+                record.what,
                 record.attempt,
                 message,
             )
@@ -267,9 +301,19 @@ class Liveness:
 
     async def check(self) -> list[str]:
         """One look at every worker's beats; recover the attempts of the silent ones.
-        Returns the workers found silent."""
-        now = time.monotonic()
+        Returns the workers found silent.
+
+        A silence is judged only over a span this watcher watched: after a gap of more than
+        ``lost_after / 2`` between its reads (its own loop starved, or the backend stalled,
+        which holds the others' beats back too), every clock starts again, so a stall of the
+        backend is not taken for the death of every worker (a tool call would then run
+        twice)."""
         beats = await self.backend.beats()
+        now = time.monotonic()
+        looked, self._looked_at = self._looked_at, now
+        if looked is None or now - looked > self.lost_after_s / 2:
+            self._seen = {w: (c, now) for w, c in beats.items() if w != self.worker}
+            return []
         silent = []
         for worker, count in beats.items():
             if worker == self.worker:
@@ -301,14 +345,15 @@ class Liveness:
     async def _fail(self, rec: AttemptRecord, worker: str, turns: int, silent_s: float) -> None:
         message = LOST_MESSAGE.format(silent_s)
         log.warning(
-            "turn %s: model step %d attempt %d: %s %s",
+            "turn %s: %s attempt %d: %s %s",
             rec.workflow_id,
-            rec.step,
+            rec.what,
             rec.attempt,
             worker,
             message,
         )
-        error = ApplicationError(message, {SHARE_KEY: worker, "turns": turns}, type=WORKER_LOST)
+        details = {SHARE_KEY: worker, "turns": turns, LOST_AT_ONCE_KEY: True}
+        error = ApplicationError(message, details, type=WORKER_LOST)
         await self._end_attempt(rec, "worker_lost", error)
 
     async def _end_attempt(self, rec: AttemptRecord, reason: str, error: ApplicationError) -> None:
@@ -317,13 +362,16 @@ class Liveness:
         one is then the same batch), the turn's next workflow task off the worker's sticky
         queue, and the activity failed with ``error`` by its task token."""
         writer, nxt, deaths = rec.recovering_writer()
-        data = {
-            "stage": "stream",
+        data: dict[str, Any] = {
+            "stage": rec.stage,
             "reason": reason,
             "message": error.message,
             "attempt": nxt,
             "deaths": deaths,
         }
+        if rec.stage == "tool":  # as ``activities.recovery.announce`` says a tool call's
+            data["tool_call_id"] = rec.tool_call_id
+            data["tool_name"] = rec.tool_name
         event = encode_event(RECOVERING, data, step=rec.step, attempt=nxt)
         try:
             await asyncio.wait_for(
