@@ -66,6 +66,9 @@ async def test_sigkill_mid_stream_is_recovered_before_the_heartbeat_timeout(
         failed = await _whole_once_after_one_failure(harness, conversation, request, workflow_id)
         assert "no liveness beat" in failed.message
         assert failed.application_failure_info.type == "WorkerLost"
+        # a first loss liveness detected is retried at once: its detection was the wait
+        history = await harness.client.get_workflow_handle(workflow_id).fetch_history()
+        assert EventType.EVENT_TYPE_TIMER_STARTED not in [e.event_type for e in history.events]
         # the stream: one recovering event (the watcher's; the new attempt's is the same
         # batch), and the live events hold the reply once
         events = await streams.read(workflow_id)
