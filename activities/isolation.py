@@ -12,7 +12,9 @@ each on its own thread, in a pool of at most ``USER_LOOPS`` (``TURNS_USER_LOOPS`
   full pool is busy do calls share one (the least busy): a blocking call there delays the
   calls on its loop, and the loop watchdog (``loopwatch``) names it.
 * A step's ``on_chunk`` stage and its stream transforms keep one loop for the whole step,
-  so their state sees one loop and chunks stay in order.
+  so their state sees one loop and chunks stay in order; ``on_chunk`` gets its chunks in
+  batches, one wake-up of its loop per ``CHUNK_BATCH_S`` (a thread hop per chunk cost more
+  CPU than the rest of the stream's work for that chunk).
 * The caller's context variables are copied into the call (``activity.info()``,
   ``activity.is_cancelled()``); ``activity.heartbeat`` is sent from the worker's loop.
 * Cancelling the caller (a cancelChat, a tool's timeout) cancels the call on its loop; the
@@ -265,12 +267,25 @@ class Lease:
         return await asyncio.wrap_future(done)
 
 
+CHUNK_BATCH_S = 0.1
+"""A step's ``on_chunk`` stage wakes its user loop at most once in this many seconds, and a
+chunk waits at most this long for its wake-up: a live model streams a chunk every ~15 ms,
+and waking a thread costs more CPU (~100 µs) than a hook that counts chunks."""
+CHUNK_BATCH = 256
+"""A stage wakes its user loop at once when this many chunks wait (a burst)."""
+
+
 class ChunkStage:
     """``on_chunk`` for one step, run on a leased user loop in the order chunks came.
 
-    ``push`` never waits (a chunk costs the model stream a deque append, and a wake-up of
-    the user loop when it was idle); ``drain`` waits for every chunk pushed so far to be
-    seen, so a step's ``on_chunk`` calls end before the step does."""
+    ``push`` never waits: a chunk costs the model stream a deque append. The idle user loop
+    is woken (one thread hop for every chunk waiting) by a push at least
+    :data:`CHUNK_BATCH_S` after its last wake-up, else by a timer :data:`CHUNK_BATCH_S`
+    after the push (or at once when :data:`CHUNK_BATCH` chunks wait): a stream pays one hop
+    per ``CHUNK_BATCH_S`` at most, however fast it is, and a user loop still busy takes the
+    chunks pushed meanwhile with no hop. ``drain`` hands over what waits at once and waits
+    for every chunk pushed so far to be seen, so a step's ``on_chunk`` calls end before the
+    step does."""
 
     def __init__(self, observe: Callable[[Any], Awaitable[None]], label: str) -> None:
         self.observe = observe
@@ -279,10 +294,15 @@ class ChunkStage:
         self.pending: collections.deque[Any] = collections.deque()
         self.lock = threading.Lock()
         self.running = False
+        """The user loop is taking chunks (set here, cleared there when none are left)."""
         self.idle: concurrent.futures.Future[None] | None = None
         self.task: asyncio.Task[None] | None = None
         self.context = contextvars.copy_context()
         self.heartbeat = _activity_heartbeat()
+        self.woken = -CHUNK_BATCH_S
+        """When the user loop was last woken (the worker's loop's clock)."""
+        self.timer: asyncio.TimerHandle | None = None
+        """The wake-up scheduled for the chunks waiting (touched on the worker's loop only)."""
 
     async def push(self, chunk: Any) -> None:
         if self.lease.user is None:
@@ -290,11 +310,28 @@ class ChunkStage:
                 await self.observe(chunk)
             return
         self.pending.append(chunk)
+        loop = asyncio.get_running_loop()
+        if loop.time() - self.woken >= CHUNK_BATCH_S or len(self.pending) >= CHUNK_BATCH:
+            self._wake()
+        elif self.timer is None:
+            with self.lock:
+                if self.running:
+                    return
+            self.timer = loop.call_later(CHUNK_BATCH_S, self._wake)
+
+    def _wake(self) -> None:
+        """On the worker's loop: hand the waiting chunks to the user loop, unless it runs."""
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        user = self.lease.user
+        if user is None:
+            return
         with self.lock:
-            if self.running:
+            if self.running or not self.pending:
                 return
             self.running = True
-        user = self.lease.user
+        self.woken = asyncio.get_running_loop().time()
         user.loop.call_soon_threadsafe(functools.partial(self.context.run, self._start, user))
 
     def _start(self, user: UserLoop) -> None:
@@ -321,6 +358,7 @@ class ChunkStage:
         """Wait until every chunk pushed so far has been observed."""
         if self.lease.user is None:
             return
+        self._wake()
         with self.lock:
             if not self.running and not self.pending:
                 return
@@ -335,6 +373,9 @@ class ChunkStage:
         user = self.lease.user
         if user is None:
             return
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
         self.lease.user = None
         with self.lock:
             self.pending.clear()

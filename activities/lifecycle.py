@@ -16,8 +16,8 @@ A hook written as a plain ``def`` runs in a thread of a bounded pool (``HOOK_THR
 blocking code in it never stalls the other turns of the worker. An ``async def`` hook (and
 an extension's) runs on a user loop of its own (``activities.isolation``): one that blocks
 delays only its own turn, and is named in the worker's log (``activities.loopwatch``).
-``on_chunk`` (sync or async) runs per chunk on one user loop kept for the step, in order, and
-the step ends after its last chunk was seen.
+``on_chunk`` (sync or async) runs per chunk on one user loop kept for the step, in order, in
+batches (``isolation.ChunkStage``), and the step ends after its last chunk was seen.
 """
 
 from __future__ import annotations

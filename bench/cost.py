@@ -2,7 +2,7 @@
 Temporal Cloud's billable actions per turn, in one run against a dev server of its own.
 
     python -m bench.cost [--tokens 1000] [--turns 6] [--rounds 3] [--long-step-s 20]
-                         [--action-turns 2] [--no-peers] [--only-actions]
+                         [--action-turns 5] [--no-peers] [--only cpu|heartbeats|actions]
 
 The model is the replay server (``testkit/llm_server.py``, a process of its own) at a real
 model's pace: the first token 400 ms after the request, then 60 tokens a second, each token
@@ -36,8 +36,9 @@ conversation's history and the turn's whole history, counted by ``bench.actions.
 plus heartbeats and queries from the request metrics; the server's own ``action`` counter
 over the same turn beside it. The peers (``bench.stream_peers``' workflows, each in a worker
 of the peers' venv, at their defaults) the same way, unless ``--no-peers``. Writes
-``bench/results/cost.md`` and ``.json``; ``--only-actions`` (a minute or two) measures the
-actions alone and writes ``bench/results/cost-actions.md`` and ``.json``.
+``bench/results/cost.md`` and ``.json``; ``--only PART`` measures one part (its results say
+so; ``--only actions --out cost-actions``, a minute or two, is how
+``bench/results/cost-actions.md`` was made).
 """
 
 from __future__ import annotations
@@ -268,10 +269,13 @@ async def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any], dict
                 "TURNS_MODEL": f"anthropic:{MODEL}",
                 "TURNS_TOOLS": "bench.pace_tools",
             }
-            variants: dict[str, dict[str, str]] = {"default hooks": {}}
-            if not args.only_actions:
-                variants["user on_chunk"] = {"TURNS_HOOKS": "bench.cost_hooks:CountChunks"}
-                variants["no cancel marks"] = {"TURNS_CHUNK_STREAM_URL": "none"}
+            variants = {
+                "default hooks": {},
+                "user on_chunk": {"TURNS_HOOKS": "bench.cost_hooks:CountChunks"},
+                "no cancel marks": {"TURNS_CHUNK_STREAM_URL": "none"},
+            }
+            if args.only not in (None, "heartbeats"):
+                del variants["no cancel marks"]
             for name, extra in variants.items():
                 tag = uuid.uuid4().hex[:6]
                 queue = f"cost-{tag}"
@@ -290,17 +294,19 @@ async def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any], dict
             mock.script(paced(args.tokens))
             for engine in ctx.engines.values():  # every conversation exists and is cached
                 await engine_round(engine.turns, engine.conversations)
-            if args.only_actions:  # the server's action counter catches up with the warm-up
+            if args.only == "actions":  # the server's action counter catches up with the warm-up
                 await asyncio.sleep(5.0)
-            else:
+            if args.only in (None, "cpu"):
                 floor = await asyncio.to_thread(Floor, mock.base_url, tmp)
                 print("[cpu] per token …", flush=True)
                 raw["cpu"] = await cpu_phase(ctx, floor, args.rounds, args.turns)
+            if args.only in (None, "heartbeats"):
                 print("[heartbeats] a long step …", flush=True)
                 raw["heartbeats"] = await measure_heartbeats(ctx, args.long_step_s)
-            print("[actions] 1-step and 3-step paced turns …", flush=True)
-            raw["actions"] = await measure_actions(ctx, args.action_turns)
-            if not args.no_peers:
+            if args.only in (None, "actions"):
+                print("[actions] 1-step and 3-step paced turns …", flush=True)
+                raw["actions"] = await measure_actions(ctx, args.action_turns)
+            if args.only in (None, "actions") and not args.no_peers:
                 print("[actions] the peers …", flush=True)
                 raw["peer_actions"] = await peer_actions(ctx, args.action_turns)
             for closing in [*ctx.engines.values(), ctx.no_marks]:
@@ -312,19 +318,15 @@ async def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any], dict
         for worker in workers:
             worker.stop()
         mock.stop()
-    rows: list[Row] = []
-    if not args.only_actions:
-        rows += cpu_rows(raw["cpu"], per_token, TARGETS, args)
+    rows = cpu_rows(raw["cpu"], per_token, TARGETS, args) if "cpu" in raw else []
+    if "heartbeats" in raw:
         rows += heartbeat_rows(raw["heartbeats"], args.long_step_s)
-    rows += action_rows(raw["actions"], raw.get("peer_actions"), args.no_peers)
-    title = (
-        f"billable actions: {args.action_turns} turns of each kind"
-        if args.only_actions
-        else f"{args.turns} concurrent turns × {args.tokens} tokens at {TOKENS_PER_S:g}"
-        f" tokens/s, {args.rounds} rotating rounds after a warm-up"
-    )
+    if "actions" in raw:
+        rows += action_rows(raw["actions"], raw.get("peer_actions"), args.no_peers)
     meta = run_meta(
-        title,
+        f"{args.turns} concurrent turns × {args.tokens} tokens at {TOKENS_PER_S:g} tokens/s,"
+        f" {args.rounds} rotating rounds after a warm-up"
+        + (f"; only the {args.only} part (a partial run)" if args.only else ""),
         args.command,
         load_start,
         server,
@@ -342,25 +344,27 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--turns", type=int, default=6, help="concurrent turns per round")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--long-step-s", type=float, default=20.0)
-    p.add_argument("--action-turns", type=int, default=2, help="turns of each kind counted")
+    p.add_argument(
+        "--action-turns",
+        type=int,
+        default=5,
+        help="turns of each kind counted (a peer's count varies from turn to turn: its median)",
+    )
     p.add_argument("--no-peers", action="store_true", help="no peer action counts")
     p.add_argument(
-        "--only-actions",
-        action="store_true",
-        help="the billable actions alone (written to bench/results/cost-actions.md)",
+        "--only", choices=["cpu", "heartbeats", "actions"], help="measure this part alone"
     )
     p.add_argument("--tmp", default="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
     p.add_argument("--out", default="cost", help="results stem (bench/results/STEM.md)")
     args = p.parse_args(argv)
-    if args.only_actions and args.out == "cost":
-        args.out = "cost-actions"
     args.command = " ".join(["python -m bench.cost", *argv])
     started = time.monotonic()
     rows, raw, meta = asyncio.run(run(args))
     meta["seconds"] = round(time.monotonic() - started)
-    meta["tables"] = [actions_table(raw)]
+    meta["tables"] = [actions_table(raw)] if "actions" in raw else []
     print(render_text(rows))
-    print("\n" + meta["tables"][0])
+    for table in meta["tables"]:
+        print("\n" + table)
     print(f"written: {write_results(meta, rows, raw, args.out)}")
     sys.stdout.flush()
     os._exit(0)  # temporalio on 3.11 can crash at interpreter exit

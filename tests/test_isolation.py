@@ -187,3 +187,55 @@ async def test_a_chunk_stage_sees_every_chunk_in_order_before_drain_returns() ->
         stage.close()
     assert seen == list(range(1000))
     assert len(threads) == 1 and threading.get_ident() not in threads
+
+
+async def test_a_chunk_stage_hands_a_steady_stream_over_in_batches_without_waiting_for_drain() -> (
+    None
+):
+    """A chunk every 5 ms: the user loop is woken at most once per ``CHUNK_BATCH_S`` (each
+    wake-up is a task of its own), and chunks reach the hook without ``drain``."""
+    seen: list[int] = []
+    wakes: set[int] = set()
+
+    async def observe(chunk: int) -> None:
+        wakes.add(id(asyncio.current_task()))
+        seen.append(chunk)
+
+    stage = isolation.ChunkStage(observe, "test on_chunk")
+    user = stage.lease.user
+    assert user is not None
+    leased = user.calls
+    try:
+        for i in range(40):
+            await stage.push(i)
+            await asyncio.sleep(0.005)
+        await until(lambda: len(seen) == 40, within_s=5)  # no drain: the last batch's timer
+    finally:
+        stage.close()
+    assert seen == list(range(40))
+    assert len(wakes) <= 40 // 2, f"{len(wakes)} wake-ups for 40 chunks"
+    await until(lambda: user.calls == leased - 1, within_s=5)  # the loop is handed back
+
+
+async def test_a_chunk_stage_closed_with_chunks_waiting_drops_them_and_hands_its_loop_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(isolation, "CHUNK_BATCH_S", 30.0)  # the second chunk's batch waits
+    seen: list[int] = []
+
+    async def observe(chunk: int) -> None:
+        seen.append(chunk)
+
+    stage = isolation.ChunkStage(observe, "test on_chunk")
+    user = stage.lease.user
+    assert user is not None
+    leased = user.calls
+    await stage.push(0)  # woken at once: the loop was never woken
+    await asyncio.wait_for(stage.drain(), 10)
+    await stage.push(1)  # within CHUNK_BATCH_S of the last wake-up: it waits for its batch
+    assert seen == [0] and stage.timer is not None
+    stage.close()  # a step cancelled mid-stream
+    assert stage.timer is None
+    await until(lambda: user.calls == leased - 1, within_s=5)
+    await asyncio.sleep(0.2)
+    assert seen == [0]
