@@ -48,6 +48,7 @@ import signal
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -82,7 +83,7 @@ from durable_turns.contract import (
 from durable_turns.hooks import StepContext, TurnHooks
 from durable_turns.messages import user_message
 from durable_turns.streams import open_stream_backend
-from durable_turns.streams.base import ChunkStreamBackend, live_events
+from durable_turns.streams.base import ChunkStreamBackend, StreamEvent, live_events
 
 WORDS = " ".join(f"w{i}" for i in range(200))
 PACED = [{"text": WORDS, "delay_ms": 50}]
@@ -134,6 +135,30 @@ def _mark(folder: Path, conversation: str) -> bool:
 
 def _marks(folder: Path, conversation: str) -> list[Path]:
     return list(folder.glob(f"{conversation}.*"))
+
+
+def _has(kind: str) -> Callable[[list[StreamEvent]], bool]:
+    return lambda events: any(e.type == kind for e in events)
+
+
+async def _first_seen(
+    streams: ChunkStreamBackend,
+    workflow_id: str,
+    killed: float,
+    tests: dict[str, Callable[[list[StreamEvent]], bool]],
+) -> dict[str, float | None]:
+    """Read the turn's stream from the kill until the last of ``tests`` holds (at most
+    120 s): when each first held, in seconds after the kill (None: never)."""
+    seen: dict[str, float | None] = dict.fromkeys(tests)
+    last = list(tests)[-1]
+    while seen[last] is None and time.perf_counter() < killed + 120:
+        events = await streams.read(workflow_id)
+        now = time.perf_counter() - killed
+        for name, test in tests.items():
+            if seen[name] is None and test(events):
+                seen[name] = now
+        await asyncio.sleep(0.02)
+    return seen
 
 
 def _signal(workers: list[WorkerProcess], pid: int, sig: int) -> tuple[WorkerProcess, float]:
@@ -230,18 +255,16 @@ async def one_tool_kill(
     await asyncio.sleep(0.5)  # mid-tool
     killed_at = time.time()
     victim, killed = _signal(workers, pid, signal.SIGKILL)
-    recovering_s = result_s = chunk_s = None
-    deadline = killed + 120
-    while chunk_s is None and time.perf_counter() < deadline:
-        events = await streams.read(workflow_id)
-        now = time.perf_counter() - killed
-        if recovering_s is None and any(e.type == "recovering" for e in events):
-            recovering_s = now
-        if result_s is None and any(e.type == "tool-result" for e in events):
-            result_s = now
-        if any(e.type == "chunk" and (e.step or 0) >= 1 for e in events):
-            chunk_s = now
-        await asyncio.sleep(0.02)
+    seen = await _first_seen(
+        streams,
+        workflow_id,
+        killed,
+        {
+            "recovering": _has("recovering"),
+            "result": _has("tool-result"),
+            "chunk": lambda events: any(e.type == "chunk" and (e.step or 0) >= 1 for e in events),
+        },
+    )
     victim.stop()
     result = await client.get_workflow_handle(workflow_id, result_type=TurnResult).result()
     history = await client.get_workflow_handle(workflow_id).fetch_history()
@@ -262,10 +285,10 @@ async def one_tool_kill(
     results = [e for e in live_events(await streams.read(workflow_id)) if e.type == "tool-result"]
     return {
         "signal": "SIGKILL",
-        "kill_to_recovering_s": recovering_s,
+        "kill_to_recovering_s": seen["recovering"],
         "kill_to_rerun_s": rerun[0] if rerun else None,
-        "kill_to_result_s": result_s,
-        "kill_to_chunk_s": chunk_s,
+        "kill_to_result_s": seen["result"],
+        "kill_to_chunk_s": seen["chunk"],
         "failed": lost,
         "timed_out": timed_out,
         "completed": result.status == "completed",
@@ -307,15 +330,12 @@ async def one_held_kill(
         await asyncio.sleep(0.01)
     pid = int(marks[0].suffix[1:])
     victim, killed = _signal(workers, pid, signal.SIGKILL)
-    recovering_s = end_s = None
-    while end_s is None and time.perf_counter() < killed + 120:
-        events = await streams.read(workflow_id)
-        now = time.perf_counter() - killed
-        if recovering_s is None and any(e.type == "recovering" for e in events):
-            recovering_s = now
-        if any(e.type == "turn-finish" for e in events):
-            end_s = now
-        await asyncio.sleep(0.02)
+    seen = await _first_seen(
+        streams,
+        workflow_id,
+        killed,
+        {"recovering": _has("recovering"), "end": _has("turn-finish")},
+    )
     victim.stop()
     result = await client.get_workflow_handle(workflow_id, result_type=TurnResult).result()
     history = await client.get_workflow_handle(workflow_id).fetch_history()
@@ -325,8 +345,8 @@ async def one_held_kill(
     return {
         "signal": "SIGKILL",
         "task_timeout_s": task_timeout_s,
-        "kill_to_recovering_s": recovering_s,
-        "kill_to_end_s": end_s,
+        "kill_to_recovering_s": seen["recovering"],
+        "kill_to_end_s": seen["end"],
         "workflow_task_timeouts": task_timeouts,
         "completed": result.status == "completed",
         "whole": result.text.split() == SHORT_WORDS.split(),
