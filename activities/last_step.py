@@ -1,7 +1,7 @@
 """``model_step`` as the worker registers it: the step (``activities.model_step``), then,
 when the step ends the turn, the turn's finish in the same activity.
 
-A turn whose workflow passes ``ModelStepInput.finish`` (patch ``fewer-actions``) learns from
+A turn whose workflow passes ``ModelStepInput.finish`` learns from
 its last model step's result that the turn is finished (``StepSummary.result``), and runs no
 ``finish_turn`` local activity after it: one workflow task fewer that records a marker, one
 billable action fewer on Temporal Cloud (docs/costs.md). Only a step that calls no tool and
