@@ -7,6 +7,11 @@ wakes the readers that follow the file (``streams.wakeup``), so none of them pol
 and reads run at once when the file is free and on a worker thread when it is busy, like the
 transcript store's transactions (``sqlite_wal.SQLiteFile``).
 
+A process's appends are group-committed: those made within one turn of the event loop (a
+worker streaming many turns makes one per token per turn) share one write transaction and
+one wake-up datagram per reading process, each still checked and numbered as if alone, so
+the cost of a commit and a wake-up is paid once per group instead of once per token.
+
 A stream's owner is a row of ``chunk_claims``, read and written in the append's write
 transaction (``streams.base.claim_stream``); a file from before claims gets the table when
 a backend opens it, and its streams count as unclaimed.
@@ -19,9 +24,11 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from durable_turns.errors import StreamNotOwned
 from durable_turns.sqlite_wal import SQLiteFile
 from durable_turns.streams.base import (
     MARK_TTL_S,
@@ -90,6 +97,9 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
     def __init__(self, path: str | Path) -> None:
         super().__init__(path)
         self._wake = None if self.path == ":memory:" else WakeChannel(self.path)
+        self._queued: list[_Queued] = []
+        """Appends waiting for the next group commit (``_commit_group``)."""
+        self._groups: set[asyncio.Task[None]] = set()
 
     def wakeups(
         self, stream_id: str
@@ -99,6 +109,9 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         return self._wake.listen(stream_id)
 
     async def close(self) -> None:
+        for task in list(self._groups):  # the appends already queued are committed first
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await task
         if self._wake is not None:
             self._wake.close()
         await super().close()
@@ -115,56 +128,56 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
     ) -> int:
         if not events:
             return await self.last_offset(stream_id)
-        body, n = encode_batch(events), len(events)
+        loop = asyncio.get_running_loop()
+        queued = _Queued(
+            stream_id, encode_batch(events), len(events), owner, by_conversation, writer, seq
+        )
+        queued.answer = loop.create_future()
+        self._queued.append(queued)
+        if len(self._queued) == 1:  # the first of a group: commit it on the next turn
+            task = loop.create_task(self._commit_group())
+            self._groups.add(task)
+            task.add_done_callback(self._groups.discard)
+        return await queued.answer
 
-        def append(conn: sqlite3.Connection) -> int:
-            if writer is not None:
-                seen = conn.execute(
-                    "SELECT seq, last_offset FROM chunk_writers WHERE stream_id = ? AND writer = ?",
-                    (stream_id, writer),
-                ).fetchone()
-                if seen is not None and seen[0] >= seq:
-                    return int(seen[1])  # applied before: its answer was lost
-            row = conn.execute(
-                "SELECT last_offset FROM chunk_batches WHERE stream_id = ?"
-                " ORDER BY first_offset DESC LIMIT 1",
-                (stream_id,),
-            ).fetchone()
-            first = row[0] + 1 if row else 0
-            if owner:
-                current = _claim(conn, stream_id)
-                claim = claim_stream(stream_id, current, owner, by_conversation, first)
-                if claim is not None and claim != current:
-                    conn.execute(
-                        "INSERT OR REPLACE INTO chunk_claims"
-                        " (stream_id, owner, by_conversation, since, claimed_at)"
-                        " VALUES (?, ?, ?, ?, ?)",
-                        (
-                            stream_id,
-                            claim.owner,
-                            int(claim.by_conversation),
-                            claim.since,
-                            time.time(),
-                        ),
-                    )
-            conn.execute(
-                "INSERT INTO chunk_batches (stream_id, first_offset, last_offset, body, created_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (stream_id, first, first + n - 1, body, time.time()),
+    async def _commit_group(self) -> None:
+        """Commit every append queued since the last group, in one write transaction, and
+        wake their readers with one datagram per reading process.
+
+        Each append is checked and numbered as if alone (its stream's owner, its writer's
+        last batch); one refused (StreamNotOwned) wrote nothing and fails alone. Under load
+        many streams' appends share one transaction: the commit, and the wake-up, cost once.
+        """
+        group, self._queued = [q for q in self._queued if not q.answer.done()], []
+        if not group:
+            return
+        try:
+            # a write transaction holds the file's write lock: no other process allocates now
+            results = await self._transaction(
+                lambda conn: [_append_one(conn, q) for q in group], write=True
             )
-            if writer is not None:
-                conn.execute(
-                    "INSERT OR REPLACE INTO chunk_writers (stream_id, writer, seq, last_offset)"
-                    " VALUES (?, ?, ?, ?)",
-                    (stream_id, writer, seq, first + n - 1),
-                )
-            return int(first + n - 1)
-
-        # a write transaction holds the file's write lock: no other process allocates now
-        last = await self._transaction(append, write=True)
-        if self._wake is not None:
-            self._wake.notify(stream_id)
-        return last
+        except BaseException as e:
+            for q in group:
+                if q.answer.done():
+                    continue
+                if isinstance(e, Exception):
+                    q.answer.set_exception(e)
+                else:
+                    q.answer.cancel()
+            if not isinstance(e, Exception):
+                raise
+            return
+        grown: dict[str, None] = {}
+        for q, result in zip(group, results, strict=True):
+            if isinstance(result, StreamNotOwned):
+                if not q.answer.done():
+                    q.answer.set_exception(result)
+                continue
+            grown[q.stream_id] = None
+            if not q.answer.done():
+                q.answer.set_result(result)
+        if self._wake is not None and grown:
+            self._wake.notify_many(grown)
 
     async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         return await self._call(lambda conn: conn.execute(sql, params).fetchall(), write=False)
@@ -316,6 +329,66 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
             (min(cutoff, time.time() - MARK_TTL_S),),
         )
         return cur.rowcount
+
+
+@dataclass
+class _Queued:
+    """One append waiting for its group's transaction."""
+
+    stream_id: str
+    body: str
+    n: int
+    owner: str | None
+    by_conversation: bool
+    writer: str | None
+    seq: int
+    answer: asyncio.Future[int] = field(init=False)
+    """Its last offset, or why it failed."""
+
+
+def _append_one(conn: sqlite3.Connection, q: _Queued) -> int | StreamNotOwned:
+    """One append inside its group's write transaction: its last offset, or the refusal
+    (StreamNotOwned, raised before anything of it was written)."""
+    stream_id, writer = q.stream_id, q.writer
+    if writer is not None:
+        seen = conn.execute(
+            "SELECT seq, last_offset FROM chunk_writers WHERE stream_id = ? AND writer = ?",
+            (stream_id, writer),
+        ).fetchone()
+        if seen is not None and seen[0] >= q.seq:
+            return int(seen[1])  # applied before: its answer was lost
+    row = conn.execute(
+        "SELECT last_offset FROM chunk_batches WHERE stream_id = ?"
+        " ORDER BY first_offset DESC LIMIT 1",
+        (stream_id,),
+    ).fetchone()
+    first = row[0] + 1 if row else 0
+    last = first + q.n - 1
+    if q.owner:
+        current = _claim(conn, stream_id)
+        try:
+            claim = claim_stream(stream_id, current, q.owner, q.by_conversation, first)
+        except StreamNotOwned as e:
+            return e
+        if claim is not None and claim != current:
+            conn.execute(
+                "INSERT OR REPLACE INTO chunk_claims"
+                " (stream_id, owner, by_conversation, since, claimed_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (stream_id, claim.owner, int(claim.by_conversation), claim.since, time.time()),
+            )
+    conn.execute(
+        "INSERT INTO chunk_batches (stream_id, first_offset, last_offset, body, created_at)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (stream_id, first, last, q.body, time.time()),
+    )
+    if writer is not None:
+        conn.execute(
+            "INSERT OR REPLACE INTO chunk_writers (stream_id, writer, seq, last_offset)"
+            " VALUES (?, ?, ?, ?)",
+            (stream_id, writer, q.seq, last),
+        )
+    return last
 
 
 def _claim(conn: sqlite3.Connection, stream_id: str) -> StreamClaim | None:
