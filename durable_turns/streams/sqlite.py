@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -100,6 +101,9 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         self._queued: list[_Queued] = []
         """Appends waiting for the next group commit (``_commit_group``)."""
         self._groups: set[asyncio.Task[None]] = set()
+        self._checkpointer: sqlite3.Connection | None = None
+        """A connection for checkpoints only (``_checkpoint``), opened by the first."""
+        self._checkpointing = threading.Lock()
 
     def wakeups(
         self, stream_id: str
@@ -114,7 +118,30 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
                 await task
         if self._wake is not None:
             self._wake.close()
-        await super().close()
+        await super().close()  # waits for a running checkpoint
+        if self._checkpointer is not None:
+            conn, self._checkpointer = self._checkpointer, None
+            await asyncio.to_thread(conn.close)
+
+    async def _checkpoint(self) -> None:
+        """Copy the log into the file on a connection of its own, on a thread: a PASSIVE
+        checkpoint waits on no writer, and no append waits on it (on the appends'
+        connection, every append would wait behind it, and it syncs the disk: tens of ms)."""
+        if self._conn is None:
+            return
+
+        def run() -> None:
+            with self._checkpointing:
+                if self._checkpointer is None:
+                    self._checkpointer = sqlite3.connect(
+                        self.path, check_same_thread=False, isolation_level=None
+                    )
+                self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+        try:
+            await asyncio.to_thread(run)
+        except sqlite3.Error:
+            pass  # the next one catches up; the log is never lost, only longer
 
     async def append(
         self,
@@ -365,18 +392,23 @@ def _append_one(conn: sqlite3.Connection, q: _Queued) -> int | StreamNotOwned:
     first = row[0] + 1 if row else 0
     last = first + q.n - 1
     if q.owner:
-        current = _claim(conn, stream_id)
-        try:
-            claim = claim_stream(stream_id, current, q.owner, q.by_conversation, first)
-        except StreamNotOwned as e:
-            return e
-        if claim is not None and claim != current:
-            conn.execute(
-                "INSERT OR REPLACE INTO chunk_claims"
-                " (stream_id, owner, by_conversation, since, claimed_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (stream_id, claim.owner, int(claim.by_conversation), claim.since, time.time()),
-            )
+        row = conn.execute(
+            "SELECT owner, by_conversation, since FROM chunk_claims WHERE stream_id = ?",
+            (stream_id,),
+        ).fetchone()
+        if row is None or row[0] != q.owner:  # the owner appending again needs no check
+            current = _claim_of(row)
+            try:
+                claim = claim_stream(stream_id, current, q.owner, q.by_conversation, first)
+            except StreamNotOwned as e:
+                return e
+            if claim is not None and claim != current:
+                conn.execute(
+                    "INSERT OR REPLACE INTO chunk_claims"
+                    " (stream_id, owner, by_conversation, since, claimed_at)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (stream_id, claim.owner, int(claim.by_conversation), claim.since, time.time()),
+                )
     conn.execute(
         "INSERT INTO chunk_batches (stream_id, first_offset, last_offset, body, created_at)"
         " VALUES (?, ?, ?, ?, ?)",
@@ -396,6 +428,10 @@ def _claim(conn: sqlite3.Connection, stream_id: str) -> StreamClaim | None:
         "SELECT owner, by_conversation, since FROM chunk_claims WHERE stream_id = ?",
         (stream_id,),
     ).fetchone()
+    return _claim_of(row)
+
+
+def _claim_of(row: tuple[Any, ...] | None) -> StreamClaim | None:
     if row is None:
         return None
     return StreamClaim(owner=row[0], by_conversation=bool(row[1]), since=int(row[2]))
