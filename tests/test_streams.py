@@ -529,6 +529,22 @@ async def test_redis_sets_ttl_and_bounds_length() -> None:
             assert await backend.last_offset(sid) == -1
 
 
+async def test_redis_appends_go_on_after_the_server_forgot_the_script() -> None:
+    """Appends go as a pipeline of the append script by its SHA; a Redis that lost its
+    scripts (a restart, SCRIPT FLUSH) gets it again and the append is written once."""
+    async for prefix in _redis_prefix():
+        async with RedisStreamBackend(REDIS_URL, prefix=prefix) as backend:
+            sid = _sid()
+            assert await backend.append(sid, [_ev("before")], writer="w", seq=1) == 0
+            await backend.client.script_flush()
+            got = await asyncio.gather(
+                backend.append(sid, [_ev("after")], writer="w", seq=2),
+                backend.append(_sid(), [_ev("another")]),
+            )
+            assert got == [1, 0]
+            assert [e.data["text"] for e in await backend.read(sid)] == ["before", "after"]
+
+
 async def test_sqlite_trim_drops_only_idle_streams(tmp_path: Path) -> None:
     async with SQLiteStreamBackend(tmp_path / "c.db") as backend:
         await backend.append("old", [{"type": CHUNK, "data": {}}] * 3)

@@ -7,10 +7,10 @@ wakes the readers that follow the file (``streams.wakeup``), so none of them pol
 and reads run at once when the file is free and on a worker thread when it is busy, like the
 transcript store's transactions (``sqlite_wal.SQLiteFile``).
 
-A process's appends are group-committed: those made within one turn of the event loop (a
-worker streaming many turns makes one per token per turn) share one write transaction and
-one wake-up datagram per reading process, each still checked and numbered as if alone, so
-the cost of a commit and a wake-up is paid once per group instead of once per token.
+A process's appends are group-committed (``streams.groups``): those made within one turn
+of the event loop (a worker streaming many turns makes one per token per turn) share one
+write transaction and one wake-up datagram per reading process, each still checked and
+numbered as if alone.
 
 A stream's owner is a row of ``chunk_claims``, read and written in the append's write
 transaction (``streams.base.claim_stream``); a file from before claims gets the table when
@@ -25,7 +25,6 @@ import sqlite3
 import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ from durable_turns.streams.base import (
     encode_batch,
     visible_after,
 )
+from durable_turns.streams.groups import AppendGroups, QueuedAppend
 from durable_turns.streams.wakeup import WakeChannel
 
 SCHEMA = """
@@ -98,9 +98,7 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
     def __init__(self, path: str | Path) -> None:
         super().__init__(path)
         self._wake = None if self.path == ":memory:" else WakeChannel(self.path)
-        self._queued: list[_Queued] = []
-        """Appends waiting for the next group commit (``_commit_group``)."""
-        self._groups: set[asyncio.Task[None]] = set()
+        self._groups = AppendGroups(self._commit_group, self._woken)
         self._checkpointer: sqlite3.Connection | None = None
         """A connection for checkpoints only (``_checkpoint``), opened by the first."""
         self._checkpointing = threading.Lock()
@@ -113,9 +111,7 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         return self._wake.listen(stream_id)
 
     async def close(self) -> None:
-        for task in list(self._groups):  # the appends already queued are committed first
-            with contextlib.suppress(Exception, asyncio.CancelledError):
-                await task
+        await self._groups.drain()  # the appends already queued are committed first
         if self._wake is not None:
             self._wake.close()
         await super().close()  # waits for a running checkpoint
@@ -155,56 +151,22 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
     ) -> int:
         if not events:
             return await self.last_offset(stream_id)
-        loop = asyncio.get_running_loop()
-        queued = _Queued(
+        queued = QueuedAppend(
             stream_id, encode_batch(events), len(events), owner, by_conversation, writer, seq
         )
-        queued.answer = loop.create_future()
-        self._queued.append(queued)
-        if len(self._queued) == 1:  # the first of a group: commit it on the next turn
-            task = loop.create_task(self._commit_group())
-            self._groups.add(task)
-            task.add_done_callback(self._groups.discard)
-        return await queued.answer
+        return await self._groups.append(queued)
 
-    async def _commit_group(self) -> None:
-        """Commit every append queued since the last group, in one write transaction, and
-        wake their readers with one datagram per reading process.
+    async def _commit_group(self, group: list[QueuedAppend]) -> list[int | Exception]:
+        """A group's appends (``streams.groups``) in one write transaction: a write
+        transaction holds the file's write lock, so no other process allocates meanwhile."""
+        results: list[int | Exception] = await self._transaction(
+            lambda conn: [_append_one(conn, q) for q in group], write=True
+        )
+        return results
 
-        Each append is checked and numbered as if alone (its stream's owner, its writer's
-        last batch); one refused (StreamNotOwned) wrote nothing and fails alone. Under load
-        many streams' appends share one transaction: the commit, and the wake-up, cost once.
-        """
-        group, self._queued = [q for q in self._queued if not q.answer.done()], []
-        if not group:
-            return
-        try:
-            # a write transaction holds the file's write lock: no other process allocates now
-            results = await self._transaction(
-                lambda conn: [_append_one(conn, q) for q in group], write=True
-            )
-        except BaseException as e:
-            for q in group:
-                if q.answer.done():
-                    continue
-                if isinstance(e, Exception):
-                    q.answer.set_exception(e)
-                else:
-                    q.answer.cancel()
-            if not isinstance(e, Exception):
-                raise
-            return
-        grown: dict[str, None] = {}
-        for q, result in zip(group, results, strict=True):
-            if isinstance(result, StreamNotOwned):
-                if not q.answer.done():
-                    q.answer.set_exception(result)
-                continue
-            grown[q.stream_id] = None
-            if not q.answer.done():
-                q.answer.set_result(result)
-        if self._wake is not None and grown:
-            self._wake.notify_many(grown)
+    def _woken(self, streams: dict[str, None]) -> None:
+        if self._wake is not None:
+            self._wake.notify_many(streams)
 
     async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         return await self._call(lambda conn: conn.execute(sql, params).fetchall(), write=False)
@@ -358,22 +320,7 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         return cur.rowcount
 
 
-@dataclass
-class _Queued:
-    """One append waiting for its group's transaction."""
-
-    stream_id: str
-    body: str
-    n: int
-    owner: str | None
-    by_conversation: bool
-    writer: str | None
-    seq: int
-    answer: asyncio.Future[int] = field(init=False)
-    """Its last offset, or why it failed."""
-
-
-def _append_one(conn: sqlite3.Connection, q: _Queued) -> int | StreamNotOwned:
+def _append_one(conn: sqlite3.Connection, q: QueuedAppend) -> int | StreamNotOwned:
     """One append inside its group's write transaction: its last offset, or the refusal
     (StreamNotOwned, raised before anything of it was written)."""
     stream_id, writer = q.stream_id, q.writer
