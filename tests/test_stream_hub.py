@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 from durable_turns.streams import MemoryBackend, encode_event
@@ -60,6 +61,26 @@ async def test_a_wake_up_names_its_stream(tmp_path: Path) -> None:
         await asyncio.wait_for(b.wait(), 5)
         await asyncio.wait_for(a.wait(), 5)
     assert list(channel.folder.iterdir()) == [], "the name file goes with the last follower"
+    writer.close()
+
+
+async def test_one_wake_up_names_many_streams(tmp_path: Path) -> None:
+    """A group commit's wake-up: one datagram per reading process names every stream that
+    grew (split when the names are long), and wakes exactly their followers."""
+    channel = WakeChannel(str(tmp_path / "chunks.db"))
+    writer = WakeChannel(str(tmp_path / "chunks.db"))
+    names = [f"stream-{i}-" + "x" * 200 for i in range(40)]  # more than one datagram's worth
+    async with contextlib.AsyncExitStack() as stack:
+        woken = [await stack.enter_async_context(channel.listen(n)) for n in names]
+        other = await stack.enter_async_context(channel.listen("other"))
+        assert all(w is not None for w in woken) and other is not None
+        assert writer.notify_many(names) == 1, "one reading process"
+        for w in woken:
+            assert w is not None
+            await asyncio.wait_for(w.wait(), 5)
+        await asyncio.sleep(0.1)
+        assert not other.is_set(), "a stream not named is not woken"
+        assert writer.notify_many([]) == 0
     writer.close()
 
 

@@ -529,6 +529,22 @@ async def test_redis_sets_ttl_and_bounds_length() -> None:
             assert await backend.last_offset(sid) == -1
 
 
+async def test_redis_appends_go_on_after_the_server_forgot_the_script() -> None:
+    """Appends go as a pipeline of the append script by its SHA; a Redis that lost its
+    scripts (a restart, SCRIPT FLUSH) gets it again and the append is written once."""
+    async for prefix in _redis_prefix():
+        async with RedisStreamBackend(REDIS_URL, prefix=prefix) as backend:
+            sid = _sid()
+            assert await backend.append(sid, [_ev("before")], writer="w", seq=1) == 0
+            await backend.client.script_flush()
+            got = await asyncio.gather(
+                backend.append(sid, [_ev("after")], writer="w", seq=2),
+                backend.append(_sid(), [_ev("another")]),
+            )
+            assert got == [1, 0]
+            assert [e.data["text"] for e in await backend.read(sid)] == ["before", "after"]
+
+
 async def test_sqlite_trim_drops_only_idle_streams(tmp_path: Path) -> None:
     async with SQLiteStreamBackend(tmp_path / "c.db") as backend:
         await backend.append("old", [{"type": CHUNK, "data": {}}] * 3)
@@ -589,6 +605,32 @@ async def test_a_stream_refuses_appends_from_another_run(backend: ChunkStreamBac
     texts = [e.data["text"] for e in await backend.read(sid)]
     assert texts == ["mine", "mine too"], "the refused append wrote nothing"
     assert await backend.claim(sid) == StreamClaim(owner="run-a", by_conversation=True)
+
+
+async def test_concurrent_appends_of_many_streams_each_count_alone(
+    backend: ChunkStreamBackend,
+) -> None:
+    """Appends made at once (the SQLite backend commits them in one transaction) are each
+    numbered on their own stream, idempotent per writer, and one refused (another run owns
+    its stream) fails alone: the others are written."""
+    owned, dup, others = _sid(), _sid(), [_sid() for _ in range(20)]
+    await backend.append(owned, [_ev("mine")], owner="run-a", by_conversation=True)
+    await backend.append(dup, [_ev("once")], writer="d", seq=1)
+    for k in range(3):  # a writer's appends follow one another, as a publisher's do
+        appends = [
+            backend.append(sid, [_ev(f"{sid}-{k}")], owner=f"run-{sid}", writer="w", seq=k + 1)
+            for sid in others
+        ]
+        refused = backend.append(owned, [_ev("planted")], owner="run-b")
+        again = backend.append(dup, [_ev("again")], writer="d", seq=1)
+        got = await asyncio.gather(*appends, refused, again, return_exceptions=True)
+        assert got[:-2] == [k] * len(others), "each stream numbered alone"
+        assert isinstance(got[-2], StreamNotOwned)
+        assert got[-1] == 0, "a repeated (writer, seq) is not written again"
+    for sid in others:
+        assert [e.data["text"] for e in await backend.read(sid)] == [f"{sid}-{k}" for k in range(3)]
+    assert [e.data["text"] for e in await backend.read(owned)] == ["mine"]
+    assert [e.data["text"] for e in await backend.read(dup)] == ["once"]
 
 
 async def test_the_conversation_takes_over_and_readers_never_see_the_squatter(

@@ -110,9 +110,13 @@ def encode_event(
     return event
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps(..., separators=...)`` builds an encoder per call; a batch per token reuses one."""
+
+
 def encode_batch(events: Sequence[Mapping[str, Any]]) -> str:
     """One batch's stored body: a compact JSON list of wire events."""
-    return json.dumps(list(events), separators=(",", ":"))
+    return _COMPACT.encode(list(events))
 
 
 def decode_batch(first_offset: int, body: str | bytes, after: int = -1) -> list[StreamEvent]:

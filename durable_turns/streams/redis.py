@@ -37,6 +37,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from durable_turns.streams.base import (
@@ -50,6 +51,7 @@ from durable_turns.streams.base import (
     encode_batch,
     visible_after,
 )
+from durable_turns.streams.groups import AppendGroups, QueuedAppend
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +164,9 @@ class RedisStreamBackend(ChunkStreamBackend):
         """Approximate bound on a stream's batches (0 = none); older ones are trimmed."""
         self.block_ms = block_ms
         self._redis: aioredis.Redis | None = None
-        self._script: Any = None
+        self._sha: str | None = None
+        """The append script's SHA1, once Redis has it (``open``)."""
+        self._groups = AppendGroups(self._commit_group)
 
     def key(self, stream_id: str) -> str:
         return f"{self.prefix}{stream_id}"
@@ -193,9 +197,10 @@ class RedisStreamBackend(ChunkStreamBackend):
         )
         await client.ping()
         self._redis = client
-        self._script = client.register_script(APPEND_LUA)
+        self._sha = await client.script_load(APPEND_LUA)
 
     async def close(self) -> None:
+        await self._groups.drain()  # the appends already queued are sent first
         if self._redis is not None:
             client, self._redis = self._redis, None
             await client.aclose()
@@ -218,23 +223,53 @@ class RedisStreamBackend(ChunkStreamBackend):
     ) -> int:
         if not events:
             return await self.last_offset(stream_id)
-        if self._script is None:
+        queued = QueuedAppend(
+            stream_id, encode_batch(events), len(events), owner, by_conversation, writer, seq
+        )
+        return await self._groups.append(queued)
+
+    async def _commit_group(self, group: list[QueuedAppend]) -> list[int | Exception]:
+        """A group's appends (``streams.groups``) as one pipeline of the append script: one
+        round trip. Each runs atomically on its own, as a single append does."""
+        results = await self._pipelined(group)
+        lost = [i for i, r in enumerate(results) if isinstance(r, NoScriptError)]
+        if lost:  # Redis forgot the script (a restart, SCRIPT FLUSH): load it, send those again
+            self._sha = await self.client.script_load(APPEND_LUA)
+            for i, result in zip(
+                lost, await self._pipelined([group[i] for i in lost]), strict=True
+            ):
+                results[i] = result
+        out: list[int | Exception] = []
+        for q, result in zip(group, results, strict=True):
+            if isinstance(result, Exception):
+                out.append(result)
+            else:
+                ok, value = result
+                out.append(int(value) if ok else StreamNotOwned(q.stream_id, _text(value)))
+        return out
+
+    async def _pipelined(self, group: list[QueuedAppend]) -> list[Any]:
+        if self._sha is None:
             raise RuntimeError("RedisStreamBackend is not open")
-        args = [
-            len(events),
-            encode_batch(events),
-            self.maxlen,
-            self.ttl_s,
-            owner or "",
-            "1" if by_conversation else "0",
-            writer or "",
-            seq,
-        ]
-        keys = [self.key(stream_id), self.claim_key(stream_id), self.writers_key(stream_id)]
-        ok, value = await self._script(keys=keys, args=args)
-        if not ok:
-            raise StreamNotOwned(stream_id, _text(value))
-        return int(value)
+        async with self.client.pipeline(transaction=False) as pipe:
+            for q in group:
+                sid = q.stream_id
+                pipe.evalsha(
+                    self._sha,
+                    3,
+                    self.key(sid),
+                    self.claim_key(sid),
+                    self.writers_key(sid),
+                    q.n,
+                    q.body,
+                    self.maxlen,
+                    self.ttl_s,
+                    q.owner or "",
+                    "1" if q.by_conversation else "0",
+                    q.writer or "",
+                    q.seq,
+                )
+            return list(await pipe.execute(raise_on_error=False))
 
     async def claim(self, stream_id: str) -> StreamClaim | None:
         owner, mine, since = await self.client.hmget(

@@ -7,6 +7,11 @@ wakes the readers that follow the file (``streams.wakeup``), so none of them pol
 and reads run at once when the file is free and on a worker thread when it is busy, like the
 transcript store's transactions (``sqlite_wal.SQLiteFile``).
 
+A process's appends are group-committed (``streams.groups``): those made within one turn
+of the event loop (a worker streaming many turns makes one per token per turn) share one
+write transaction and one wake-up datagram per reading process, each still checked and
+numbered as if alone.
+
 A stream's owner is a row of ``chunk_claims``, read and written in the append's write
 transaction (``streams.base.claim_stream``); a file from before claims gets the table when
 a backend opens it, and its streams count as unclaimed.
@@ -17,11 +22,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import threading
 import time
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from durable_turns.errors import StreamNotOwned
 from durable_turns.sqlite_wal import SQLiteFile
 from durable_turns.streams.base import (
     MARK_TTL_S,
@@ -33,6 +40,7 @@ from durable_turns.streams.base import (
     encode_batch,
     visible_after,
 )
+from durable_turns.streams.groups import AppendGroups, QueuedAppend
 from durable_turns.streams.wakeup import WakeChannel
 
 SCHEMA = """
@@ -90,6 +98,10 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
     def __init__(self, path: str | Path) -> None:
         super().__init__(path)
         self._wake = None if self.path == ":memory:" else WakeChannel(self.path)
+        self._groups = AppendGroups(self._commit_group, self._woken)
+        self._checkpointer: sqlite3.Connection | None = None
+        """A connection for checkpoints only (``_checkpoint``), opened by the first."""
+        self._checkpointing = threading.Lock()
 
     def wakeups(
         self, stream_id: str
@@ -99,9 +111,33 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         return self._wake.listen(stream_id)
 
     async def close(self) -> None:
+        await self._groups.drain()  # the appends already queued are committed first
         if self._wake is not None:
             self._wake.close()
-        await super().close()
+        await super().close()  # waits for a running checkpoint
+        if self._checkpointer is not None:
+            conn, self._checkpointer = self._checkpointer, None
+            await asyncio.to_thread(conn.close)
+
+    async def _checkpoint(self) -> None:
+        """Copy the log into the file on a connection of its own, on a thread: a PASSIVE
+        checkpoint waits on no writer, and no append waits on it (on the appends'
+        connection, every append would wait behind it, and it syncs the disk: tens of ms)."""
+        if self._conn is None:
+            return
+
+        def run() -> None:
+            with self._checkpointing:
+                if self._checkpointer is None:
+                    self._checkpointer = sqlite3.connect(
+                        self.path, check_same_thread=False, isolation_level=None
+                    )
+                self._checkpointer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+        try:
+            await asyncio.to_thread(run)
+        except sqlite3.Error:
+            pass  # the next one catches up; the log is never lost, only longer
 
     async def append(
         self,
@@ -115,56 +151,22 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
     ) -> int:
         if not events:
             return await self.last_offset(stream_id)
-        body, n = encode_batch(events), len(events)
+        queued = QueuedAppend(
+            stream_id, encode_batch(events), len(events), owner, by_conversation, writer, seq
+        )
+        return await self._groups.append(queued)
 
-        def append(conn: sqlite3.Connection) -> int:
-            if writer is not None:
-                seen = conn.execute(
-                    "SELECT seq, last_offset FROM chunk_writers WHERE stream_id = ? AND writer = ?",
-                    (stream_id, writer),
-                ).fetchone()
-                if seen is not None and seen[0] >= seq:
-                    return int(seen[1])  # applied before: its answer was lost
-            row = conn.execute(
-                "SELECT last_offset FROM chunk_batches WHERE stream_id = ?"
-                " ORDER BY first_offset DESC LIMIT 1",
-                (stream_id,),
-            ).fetchone()
-            first = row[0] + 1 if row else 0
-            if owner:
-                current = _claim(conn, stream_id)
-                claim = claim_stream(stream_id, current, owner, by_conversation, first)
-                if claim is not None and claim != current:
-                    conn.execute(
-                        "INSERT OR REPLACE INTO chunk_claims"
-                        " (stream_id, owner, by_conversation, since, claimed_at)"
-                        " VALUES (?, ?, ?, ?, ?)",
-                        (
-                            stream_id,
-                            claim.owner,
-                            int(claim.by_conversation),
-                            claim.since,
-                            time.time(),
-                        ),
-                    )
-            conn.execute(
-                "INSERT INTO chunk_batches (stream_id, first_offset, last_offset, body, created_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (stream_id, first, first + n - 1, body, time.time()),
-            )
-            if writer is not None:
-                conn.execute(
-                    "INSERT OR REPLACE INTO chunk_writers (stream_id, writer, seq, last_offset)"
-                    " VALUES (?, ?, ?, ?)",
-                    (stream_id, writer, seq, first + n - 1),
-                )
-            return int(first + n - 1)
+    async def _commit_group(self, group: list[QueuedAppend]) -> list[int | Exception]:
+        """A group's appends (``streams.groups``) in one write transaction: a write
+        transaction holds the file's write lock, so no other process allocates meanwhile."""
+        results: list[int | Exception] = await self._transaction(
+            lambda conn: [_append_one(conn, q) for q in group], write=True
+        )
+        return results
 
-        # a write transaction holds the file's write lock: no other process allocates now
-        last = await self._transaction(append, write=True)
+    def _woken(self, streams: dict[str, None]) -> None:
         if self._wake is not None:
-            self._wake.notify(stream_id)
-        return last
+            self._wake.notify_many(streams)
 
     async def _query(self, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         return await self._call(lambda conn: conn.execute(sql, params).fetchall(), write=False)
@@ -318,11 +320,65 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         return cur.rowcount
 
 
+def _append_one(conn: sqlite3.Connection, q: QueuedAppend) -> int | StreamNotOwned:
+    """One append inside its group's write transaction: its last offset, or the refusal
+    (StreamNotOwned, raised before anything of it was written)."""
+    stream_id, writer = q.stream_id, q.writer
+    if writer is not None:
+        seen = conn.execute(
+            "SELECT seq, last_offset FROM chunk_writers WHERE stream_id = ? AND writer = ?",
+            (stream_id, writer),
+        ).fetchone()
+        if seen is not None and seen[0] >= q.seq:
+            return int(seen[1])  # applied before: its answer was lost
+    row = conn.execute(
+        "SELECT last_offset FROM chunk_batches WHERE stream_id = ?"
+        " ORDER BY first_offset DESC LIMIT 1",
+        (stream_id,),
+    ).fetchone()
+    first = row[0] + 1 if row else 0
+    last = first + q.n - 1
+    if q.owner:
+        row = conn.execute(
+            "SELECT owner, by_conversation, since FROM chunk_claims WHERE stream_id = ?",
+            (stream_id,),
+        ).fetchone()
+        if row is None or row[0] != q.owner:  # the owner appending again needs no check
+            current = _claim_of(row)
+            try:
+                claim = claim_stream(stream_id, current, q.owner, q.by_conversation, first)
+            except StreamNotOwned as e:
+                return e
+            if claim is not None and claim != current:
+                conn.execute(
+                    "INSERT OR REPLACE INTO chunk_claims"
+                    " (stream_id, owner, by_conversation, since, claimed_at)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (stream_id, claim.owner, int(claim.by_conversation), claim.since, time.time()),
+                )
+    conn.execute(
+        "INSERT INTO chunk_batches (stream_id, first_offset, last_offset, body, created_at)"
+        " VALUES (?, ?, ?, ?, ?)",
+        (stream_id, first, last, q.body, time.time()),
+    )
+    if writer is not None:
+        conn.execute(
+            "INSERT OR REPLACE INTO chunk_writers (stream_id, writer, seq, last_offset)"
+            " VALUES (?, ?, ?, ?)",
+            (stream_id, writer, q.seq, last),
+        )
+    return last
+
+
 def _claim(conn: sqlite3.Connection, stream_id: str) -> StreamClaim | None:
     row = conn.execute(
         "SELECT owner, by_conversation, since FROM chunk_claims WHERE stream_id = ?",
         (stream_id,),
     ).fetchone()
+    return _claim_of(row)
+
+
+def _claim_of(row: tuple[Any, ...] | None) -> StreamClaim | None:
     if row is None:
         return None
     return StreamClaim(owner=row[0], by_conversation=bool(row[1]), since=int(row[2]))

@@ -7,10 +7,12 @@ socket and names it with an empty file in a folder beside the database (``<db>.w
 writer, after each committed append, sends the stream's id to every socket named there, and
 the reading process wakes only the followers of that stream. So an append costs one
 datagram per reading process, whatever the number of followers, and a follower rereads only
-when its own stream grew. Abstract sockets take no filesystem path (so no 108-byte
+when its own stream grew. A writer that committed the appends of many streams at once (the
+SQLite backend's group commit) names them all in one datagram per reading process. Abstract sockets take no filesystem path (so no 108-byte
 ``sun_path`` limit) and vanish with their process; a name file left by a killed reader is
 removed by the first writer that finds nobody listening. A datagram without a stream id
-(``w``, what earlier versions sent) wakes every follower.
+(``w``, what earlier versions sent), or of a form the reader does not know, wakes every
+follower.
 
 Elsewhere (no abstract namespace), or when the folder cannot be written, ``listen`` yields
 ``None`` and readers fall back to polling. A wake-up is a hint, never the data: a reader
@@ -26,7 +28,7 @@ import os
 import socket
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,32 @@ class WakeChannel:
     def notify(self, stream_id: str | None = None) -> int:
         """Wake the readers of ``stream_id`` (every reader without one), in every process
         that follows the file; how many processes were told. Called after a commit."""
+        return self._send([_STREAM + stream_id.encode("utf-8", "replace") if stream_id else _ALL])
+
+    def notify_many(self, stream_ids: Collection[str]) -> int:
+        """Wake the readers of each of ``stream_ids``: one datagram per reading process
+        (per :data:`_DATAGRAM` bytes of ids), however many streams grew."""
+        payloads: list[bytes] = []
+        batch: list[bytes] = []
+        size = 0
+        for stream_id in stream_ids:
+            raw = stream_id.encode("utf-8", "replace")
+            if _SEP in raw or not raw:  # a name the batch form cannot carry: on its own
+                payloads.append(_STREAM + raw if raw else _ALL)
+                continue
+            if batch and size + len(raw) + 1 > _DATAGRAM:
+                payloads.append(_MANY + _SEP.join(batch))
+                batch, size = [], 0
+            batch.append(raw)
+            size += len(raw) + 1
+        if len(batch) == 1:
+            payloads.append(_STREAM + batch[0])
+        elif batch:
+            payloads.append(_MANY + _SEP.join(batch))
+        return self._send(payloads) if payloads else 0
+
+    def _send(self, payloads: list[bytes]) -> int:
+        """Each payload to every reading process; how many processes were told."""
         if not SUPPORTED:
             return 0
         try:
@@ -61,11 +89,11 @@ class WakeChannel:
         if self._sender is None:
             self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self._sender.setblocking(False)
-        payload = _STREAM + stream_id.encode("utf-8", "replace") if stream_id else _ALL
         woken = 0
         for name in names:
             try:
-                self._sender.sendto(payload, _address(name))
+                for payload in payloads:
+                    self._sender.sendto(payload, _address(name))
                 woken += 1
             except (ConnectionRefusedError, FileNotFoundError):
                 with contextlib.suppress(OSError):  # its reader is gone
@@ -118,7 +146,13 @@ class WakeChannel:
 
 
 _STREAM = b"s:"
+_MANY = b"m:"
+"""Several stream ids, separated by :data:`_SEP`."""
+_SEP = b"\0"
 _ALL = b"w"
+_DATAGRAM = 4000
+"""The most bytes of stream ids in one datagram (a reader reads up to 64 KiB at once;
+readers of earlier versions read 4 KiB, and wake everyone on a form they do not know)."""
 
 
 class _Listener:
@@ -156,13 +190,17 @@ class _Listener:
         streams: set[str] = set()
         while True:
             try:
-                data = self.sock.recv(4096)
+                data = self.sock.recv(65536)
             except (BlockingIOError, OSError):
                 break
             if not data:
                 break
             if data.startswith(_STREAM):
                 streams.add(data[len(_STREAM) :].decode("utf-8", "replace"))
+            elif data.startswith(_MANY):
+                streams.update(
+                    raw.decode("utf-8", "replace") for raw in data[len(_MANY) :].split(_SEP)
+                )
             else:
                 everyone = True
         keys = list(self.waiters) if everyone else [*streams, ""]
