@@ -93,6 +93,7 @@ REDIS_BASE = "redis://127.0.0.1:6379/0"
 NETWORK_SHARE = 0.6
 """With ``--network``, the share of faults that break a link instead of a worker."""
 WORKERS = 3
+"""Worker processes by default (``--workers``)."""
 WORDS = 30
 ATTEMPT_TIMEOUT_S = 90.0
 """One ``send`` attempt waits at most this long before it is sent again (same request id)."""
@@ -279,9 +280,10 @@ class Pool:
     waiting for it (a worker takes seconds to be ready on a loaded machine, and the chaos goes
     on meanwhile). A worker is only taken down while another is live."""
 
-    def __init__(self, env: dict[str, str], logs: Path) -> None:
+    def __init__(self, env: dict[str, str], logs: Path, size: int = WORKERS) -> None:
         self.env = env
         self.logs = logs
+        self.size = size
         self.live: list[WorkerProcess] = []
         self.dead: list[WorkerProcess] = []
         self.reaping: list[asyncio.Task[None]] = []
@@ -313,7 +315,7 @@ class Pool:
     @property
     def short(self) -> int:
         """How many workers are missing, counting the replacements on their way."""
-        return WORKERS - len(self.live) - sum(1 for t in self.starting if not t.done())
+        return self.size - len(self.live) - sum(1 for t in self.starting if not t.done())
 
     async def fault(self, kind: str, rng: random.Random) -> Fault:
         victim = rng.choice(self.live)
@@ -692,12 +694,12 @@ async def run_store(store: str, args: argparse.Namespace, tmp: Path) -> dict[str
         **worker_settings(args),
         **extra,
     )
-    pool = Pool(env, tmp)
+    pool = Pool(env, tmp, args.workers)
     faults: list[Fault] = []
     sent: list[Sent] = []
     plans: dict[str, list[Expected]] = {}
     try:
-        await asyncio.gather(*(pool.spawn() for _ in range(WORKERS)))
+        await asyncio.gather(*(pool.spawn() for _ in range(args.workers)))
         client = await Client.connect(
             server.address, data_converter=data_converter_from_env(), runtime=quiet_runtime()
         )
@@ -718,7 +720,7 @@ async def run_store(store: str, args: argparse.Namespace, tmp: Path) -> dict[str
             )
         t0 = time.monotonic()
         print(
-            f"[{store}] {args.conversations} conversations × {args.turns} turns on {WORKERS}"
+            f"[{store}] {args.conversations} conversations × {args.turns} turns on {args.workers}"
             f" workers; chaos for up to {args.duration:.0f} s",
             flush=True,
         )
@@ -1083,7 +1085,7 @@ def render_markdown(
         + "".join(f" --sqlite-pragma {p}" for p in SQLITE_PRAGMAS)
         + f"`, dynamic config {', '.join('`' + v + '`' for v in FAST_DYNAMIC_CONFIG)}; restarted once"
         " mid-run (SIGTERM, 1–3 s down, same port and file)",
-        f"- workers: {WORKERS} × `python worker.py`, {meta['settings']}; a fault every"
+        f"- workers: {meta['args']['workers']} × `python worker.py`, {meta['settings']}; a fault every"
         f" {meta['every']} s"
         " (SIGKILL or SIGTERM to a random live worker while another is live, its replacement"
         " started in the background; with the network faults, 60 % of them break one worker"
@@ -1165,6 +1167,9 @@ async def main(argv: list[str] | None = None) -> int:
         " runs: off, liveness did not exist yet)",
     )
     parser.add_argument(
+        "--workers", type=int, default=WORKERS, help=f"worker processes (default {WORKERS})"
+    )
+    parser.add_argument(
         "--every",
         nargs=2,
         type=float,
@@ -1190,6 +1195,8 @@ async def main(argv: list[str] | None = None) -> int:
         args.every_min, args.every_max = sorted(args.every)
         if args.every_min <= 0:
             parser.error("--every: the seconds between faults must be above 0")
+    if args.workers < 2:
+        parser.error("--workers: at least 2 (a worker is only killed while another is live)")
     elif args.network:
         args.every_min, args.every_max = (1.0, 2.0) if quick else (0.5, 1.2)
     else:  # every fault a worker's death: the earlier pace
