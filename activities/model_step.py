@@ -150,7 +150,8 @@ class ModelStepActivities:
             request = await self._request(
                 model, model_name, config, step_config, messages, turn.conversation_id
             )
-            if inp.recovery is not None:  # go on from what the lost attempt streamed
+            if inp.recovery is not None and inp.recovery.reason in _WORKER_GONE:
+                # go on from what the lost attempt streamed
                 request.continue_text = await self._kept_text(turn, inp, provider, request, partial)
         result: StepSummary | None = None
         try:
@@ -452,6 +453,10 @@ class ModelStepActivities:
         )
         return await self.deps.lifecycle.classify(error, ctx) == "context_overflow"
 
+
+_WORKER_GONE = ("worker_lost", "worker_shutdown")
+"""The recoveries whose next attempt goes on from what the lost one streamed: its worker
+died or handed it over mid-stream (a stalled stream or a store outage starts again)."""
 
 SETTLE_S = 10.0
 """How long a failed attempt waits for its ``on_chunk`` calls to see what it streamed."""
