@@ -3,9 +3,11 @@ repair_tool_call (for calls that do not validate) → persist.
 
 A step whose output is already stored (a retried attempt) is returned without asking the
 model again. The stream is transformed, observed by ``on_chunk``, published to the live
-chunk stream and watched for stalls (``activities.streaming``).
+chunk stream and watched for stalls (``activities.streaming``). An attempt after a worker
+loss or a deploy's hand-over goes on from the text the lost one streamed, when the provider
+continues a prefill (``_kept_text``): that text is its first chunk, then the model's rest.
 
-Why it is long (about 540 lines): the one activity that runs a model call, its steps
+Why it is long (about 600 lines): the one activity that runs a model call, its steps
 (the hooks around it, the stream, tool-call repair, persistence) in the order they run; the
 stream's accumulation, stall watchdog and heartbeats already live in ``activities.streaming``.
 """
