@@ -3,9 +3,11 @@ repair_tool_call (for calls that do not validate) → persist.
 
 A step whose output is already stored (a retried attempt) is returned without asking the
 model again. The stream is transformed, observed by ``on_chunk``, published to the live
-chunk stream and watched for stalls (``activities.streaming``).
+chunk stream and watched for stalls (``activities.streaming``). An attempt after a worker
+loss or a deploy's hand-over goes on from the text the lost one streamed, when the provider
+continues a prefill (``_kept_text``): that text is its first chunk, then the model's rest.
 
-Why it is long (about 540 lines): the one activity that runs a model call, its steps
+Why it is long (about 600 lines): the one activity that runs a model call, its steps
 (the hooks around it, the stream, tool-call repair, persistence) in the order they run; the
 stream's accumulation, stall watchdog and heartbeats already live in ``activities.streaming``.
 """
@@ -17,7 +19,7 @@ import contextlib
 import copy
 import functools
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from temporalio import activity
@@ -150,6 +152,9 @@ class ModelStepActivities:
             request = await self._request(
                 model, model_name, config, step_config, messages, turn.conversation_id
             )
+            if inp.recovery is not None and inp.recovery.reason in _WORKER_GONE:
+                # go on from what the lost attempt streamed
+                request.continue_text = await self._kept_text(turn, inp, provider, request, partial)
         result: StepSummary | None = None
         try:
             async with self.deps.publisher(inp.turn, inp.step) as publisher:
@@ -227,6 +232,26 @@ class ModelStepActivities:
             except StreamUnavailable as e:
                 return _stream_lost(e, summary, inp)
         return summary
+
+    async def _kept_text(
+        self,
+        turn: TurnRecord,
+        inp: ModelStepInput,
+        provider: ModelProvider,
+        request: ModelRequest,
+        partial: StepSnapshot,
+    ) -> str:
+        """What the lost attempt of this step streamed (the user saw it), for this attempt
+        to go on from (``ModelRequest.continue_text``): plain text only, without trailing
+        white space, and only for a provider that continues a prefill; else "" (the step
+        starts again, and its reset takes back what was shown)."""
+        if not provider.continues(request):
+            return ""
+        if not partial.parts:  # read back only when on_chat_recovery was asked
+            partial = await recovery.discarded(self.deps, turn, inp.step, heartbeats.attempt())
+        if partial.sources or not all(isinstance(p, TextPart) for p in partial.parts):
+            return ""  # a reasoning part or a tool call: not a text the model goes on from
+        return partial.text.rstrip()
 
     async def _stopped(
         self, turn: TurnRecord, inp: ModelStepInput, partial: StepSnapshot
@@ -367,6 +392,8 @@ class ModelStepActivities:
                 lease = isolation.Lease()  # one user loop for the step's transforms
             run = None if lease is None else functools.partial(lease.call, "stream transform")
             stream = apply_transforms(stream, transforms, run)
+        if request.continue_text:  # already transformed: the lost attempt published it
+            stream = _kept_first(request.continue_text, stream)
         sends_reasoning = config.send_reasoning is not False
         on_chunk = self.deps.lifecycle.chunk_handler(
             inp.step, inp.turn.request_id, sends_reasoning, turn=inp.turn, metadata=metadata
@@ -428,6 +455,10 @@ class ModelStepActivities:
         )
         return await self.deps.lifecycle.classify(error, ctx) == "context_overflow"
 
+
+_WORKER_GONE = ("worker_lost", "worker_shutdown")
+"""The recoveries whose next attempt goes on from what the lost one streamed: its worker
+died or handed it over mid-stream (a stalled stream or a store outage starts again)."""
 
 SETTLE_S = 10.0
 """How long a failed attempt waits for its ``on_chunk`` calls to see what it streamed."""
@@ -501,6 +532,18 @@ def replayed_chunks(step: StepRecord, sends_reasoning: bool = True) -> list[Stre
             )
     out.extend(step.sources)
     return out
+
+
+async def _kept_first(kept: str, stream: AsyncIterator[StreamPart]) -> AsyncIterator[StreamPart]:
+    """A continued step's stream: the kept text as one chunk (published again after the
+    reset, and the first text of the stored step), then what the model adds to it."""
+    yield TextDelta(text=kept)
+    try:
+        async for chunk in stream:
+            yield chunk
+    finally:  # closed with this one (a provider's HTTP response too)
+        if isinstance(stream, AsyncGenerator):
+            await stream.aclose()
 
 
 def _raise_if_shutting_down() -> None:

@@ -24,7 +24,8 @@ For a worker subprocess, point it at the server (``ANTHROPIC_BASE_URL=server.bas
 ``server.push(Reply("openai/chat_text.sse", times=3))``. A process without the object
 scripts it over HTTP: ``POST /_control/script`` with a reply (or a list) as JSON, ``GET
 /_control/requests``, ``POST /_control/reset``. ``python -m testkit.llm_server --port 8765``
-runs it on its own.
+runs it on its own. An Anthropic request that ends with an assistant prefill (a step going
+on from what a lost attempt streamed) gets the scripted reply's text after the prefill.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import json
 import threading
 from collections import deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -230,6 +231,8 @@ class LLMServer:
             reply = None
             if request.path in API_PATHS:
                 reply = self.responder(request) if self.responder else self._next()
+            if reply is not None and request.path == "/v1/messages":
+                reply = _after_prefill(reply, request.body)
             if reply is None:
                 what = f"llm_server: nothing scripted for {request.method} {request.path}"
                 error = {
@@ -302,6 +305,36 @@ class LLMServer:
                 await asyncio.sleep(reply.event_delay_s)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
+
+
+def _after_prefill(reply: Reply, body: Any) -> Reply:
+    """An Anthropic reply to a request that ends with an assistant prefill, as the model goes
+    on from it: the text deltas the prefill already holds are left out (the one it ends in
+    is cut). A reply whose text does not start with the prefill is sent whole."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not messages or messages[-1].get("role") != "assistant" or not reply.is_sse():
+        return reply
+    content = messages[-1].get("content")
+    if isinstance(content, list):
+        content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
+    left = content if isinstance(content, str) else ""
+    events = []
+    for event in reply.content().split("\n\n"):
+        if left and '"text_delta"' in event:
+            lines = event.split("\n")
+            at = next(i for i, line in enumerate(lines) if line.startswith("data:"))
+            data = json.loads(lines[at][5:])
+            text = data["delta"]["text"]
+            if not (left.startswith(text) or text.startswith(left)):
+                return reply  # not a prefix of the scripted text
+            cut = min(len(left), len(text))
+            left, data["delta"]["text"] = left[cut:], text[cut:]
+            if not data["delta"]["text"]:
+                continue
+            lines[at] = "data: " + json.dumps(data)
+            event = "\n".join(lines)
+        events.append(event)
+    return reply if left else replace(reply, body="\n\n".join(events), fixture=None, times=1)
 
 
 def _is_token(event: str) -> bool:

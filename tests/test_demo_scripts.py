@@ -4,11 +4,12 @@ to ``demo:`` models only. Real worker processes; the OpenAI SDK against the repl
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from durable_turns.messages import Message, user_message
-from durable_turns.models import DemoProvider, ModelProvider
+from durable_turns.messages import Message, TextDelta, user_message
+from durable_turns.models import DemoProvider, ModelProvider, ModelRequest
 from testkit.llm_server import LLMServer
 from tests.support.harness import Harness
 
@@ -137,3 +138,20 @@ def test_the_stock_demo_stays_instant_and_worded_the_same() -> None:
 
     for step in BUILTIN_SCRIPTS["weather"]:
         assert "delay_ms" not in step and isinstance(step["text"], str)
+
+
+async def test_the_demo_goes_on_from_a_prefill(tmp_path: Path) -> None:
+    """A ``continue_text`` the script's text starts with: only the rest streams; another
+    one: the whole text (as a model going its own way)."""
+    folder = tmp_path
+    (folder / "count.json").write_text(json.dumps([{"text": "one two three four"}]))
+    provider = DemoProvider(str(folder))
+    assert provider.continues_prefill
+
+    async def text(prefill: str) -> str:
+        request = ModelRequest(model="count", messages=[user_message("go")], continue_text=prefill)
+        return "".join([c.text async for c in provider.stream(request) if isinstance(c, TextDelta)])
+
+    assert await text("") == "one two three four"
+    assert await text("one two") == " three four"
+    assert await text("uno dos") == "one two three four"

@@ -6,6 +6,7 @@ merely blocked is not declared dead."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 import uuid
@@ -16,11 +17,13 @@ from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 
+from bench.scale import sse_body
 from durable_turns.contract import HANDED_OVER_KEY, SHARE_KEY, turn_workflow_id
 from durable_turns.messages import ToolResultPart
 from durable_turns.streams.base import MemoryBackend, live_events
 from durable_turns.streams.liveness import AttemptRecord, Liveness
 from durable_turns.workflows.options import is_handed_over
+from testkit.llm_server import LLMServer, Reply
 from tests.support.harness import Harness, WorkerProcess
 from tests.support.history import activity_attempts
 from tests.support.probes import chunk_backend, wait_until
@@ -60,6 +63,7 @@ async def test_sigkill_mid_stream_is_recovered_before_the_heartbeat_timeout(
     victim, conversation, request, streams = await _mid_stream_on_two(harness, "liveness")
     workflow_id = turn_workflow_id(conversation, 1)
     try:
+        seen = await _seen(streams, workflow_id)
         victim.kill()
         # the first attempt failed as a heartbeat timeout would, but by a liveness watcher:
         # ActivityTaskFailed (not TimedOut), its cause naming the missed liveness beats
@@ -77,6 +81,7 @@ async def test_sigkill_mid_stream_is_recovered_before_the_heartbeat_timeout(
         assert recovering.attempt == 2 and "no liveness beat" in recovering.data["message"]
         text = "".join(e.data.get("text", "") for e in live_events(events) if e.type == "chunk")
         assert text.split() == WORDS.split()
+        _went_on_from(events, seen)
     finally:
         await streams.close()
 
@@ -160,6 +165,7 @@ async def test_sigterm_mid_stream_hands_the_step_over_at_once(harness: Harness) 
     )
     workflow_id = turn_workflow_id(conversation, 1)
     try:
+        seen = await _seen(streams, workflow_id)
         victim.terminate()
         # it exits without waiting out its 300 s grace for the step
         assert await asyncio.to_thread(victim.proc.wait, 60) == 0, victim.log_tail()
@@ -180,20 +186,99 @@ async def test_sigterm_mid_stream_hands_the_step_over_at_once(harness: Harness) 
         assert recovering.data["reason"] == "worker_shutdown" and recovering.attempt == 2
         text = "".join(e.data.get("text", "") for e in live_events(events) if e.type == "chunk")
         assert text.split() == WORDS.split()
+        _went_on_from(events, seen)
         assert "handed over" in victim.log_tail(200_000)
     finally:
         await streams.close()
 
 
+@pytest.mark.parametrize("api", ["anthropic", "openai"])
+async def test_a_handed_over_step_goes_on_from_what_was_streamed(
+    harness: Harness, api: str
+) -> None:
+    """Through the real SDKs: Anthropic's next attempt sends what the user saw as an
+    assistant prefill and streams only the rest (the reply keeps the text, once); OpenAI's
+    chat API has no prefill, so its step starts again and the reset rewinds the text."""
+    server = LLMServer().start()
+    body = sse_body(40) if api == "anthropic" else _chat_sse(40)
+    server.push(Reply(body=body, first_token_s=0.1, tokens_per_s=10, times=2))
+    env = {
+        "ANTHROPIC_BASE_URL": server.base_url,
+        "ANTHROPIC_API_KEY": "sk-ant-test",
+        "OPENAI_BASE_URL": server.openai_base_url,
+        "OPENAI_API_KEY": "sk-test",
+        "TURNS_SHUTDOWN_GRACE_S": "300",
+    }
+    model = "anthropic:claude-test-model" if api == "anthropic" else "openai:gpt-test"
+    victim, conversation, request, streams = await _mid_stream_on_two(
+        harness, f"handover-{api}", model=model, **env
+    )
+    workflow_id = turn_workflow_id(conversation, 1)
+    try:
+        seen = await _seen(streams, workflow_id)
+        victim.terminate()
+        await _whole_once_after_one_failure(harness, conversation, request, workflow_id)
+        events = await streams.read(workflow_id)
+        text = "".join(e.data.get("text", "") for e in live_events(events) if e.type == "chunk")
+        assert text.split() == WORDS.split()
+        last = server.requests[-1].body["messages"][-1]
+        if api == "anthropic":
+            kept = _went_on_from(events, seen)
+            assert last["role"] == "assistant" and last["content"][0]["text"] == kept
+        else:  # from scratch: the next attempt's first chunk is the reply's first word
+            assert last["role"] == "user"
+            assert _retried_text(events)[0] == "w0 "
+    finally:
+        await streams.close()
+        server.stop()
+
+
+def _chat_sse(tokens: int) -> str:
+    """An OpenAI chat stream of ``tokens`` content deltas, ``w0 w1 …``."""
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        data = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "gpt-test"}
+        return f"data: {json.dumps({**data, 'choices': [choice]}, separators=(',', ':'))}\n\n"
+
+    out = [chunk({"role": "assistant", "content": ""})]
+    out += [chunk({"content": f"w{k} "}) for k in range(tokens)]
+    return "".join([*out, chunk({}, "stop"), "data: [DONE]\n\n"])
+
+
+async def _seen(streams: Any, workflow_id: str) -> str:
+    """The text a reader of the turn's stream has seen so far."""
+    events = await streams.read(workflow_id)
+    return "".join(e.data.get("text", "") for e in live_events(events) if e.type == "chunk")
+
+
+def _retried_text(events: list[Any]) -> list[str]:
+    return [
+        e.data["text"]
+        for e in events
+        if e.type == "chunk" and e.attempt == 2 and e.data.get("type") == "text-delta"
+    ]
+
+
+def _went_on_from(events: list[Any], seen: str) -> str:
+    """The next attempt went on from what the lost one streamed: its first chunk is that
+    text (at least all the reader had seen before the signal, less trailing white space),
+    and what follows is the rest of the reply. Returns the kept text."""
+    kept = _retried_text(events)[0]
+    assert seen.strip() and kept.startswith(seen.rstrip()), (kept, seen)
+    assert WORDS.startswith(kept) and not kept.endswith(" ")
+    return kept
+
+
 async def _mid_stream_on_two(
-    harness: Harness, name: str, **env: str
+    harness: Harness, name: str, model: str | None = None, **env: str
 ) -> tuple[WorkerProcess, str, str, Any]:
-    """Two workers (a 120 s heartbeat timeout), a turn streaming a paced reply on one of
-    them, a few chunks out: that worker, the conversation, the request and the chunk stream
-    (the caller closes it)."""
+    """Two workers (a 120 s heartbeat timeout), a turn streaming a paced reply (``model``,
+    by default a demo script of ``WORDS``) on one of them, a few chunks out: that worker,
+    the conversation, the request and the chunk stream (the caller closes it)."""
     env = {"TURNS_HEARTBEAT_TIMEOUT_S": "120", "TURNS_STALL_TIMEOUT_MS": "240000", **env}
     workers = [harness.start_worker(**env), harness.start_worker(**env)]
-    model = harness.script([{"text": WORDS, "delay_ms": 100}])
+    model = model or harness.script([{"text": WORDS, "delay_ms": 100}])
     conversation = harness.conv(name)
     request = await harness.turns.submit(conversation, "count", model=model)
     workflow_id = turn_workflow_id(conversation, 1)

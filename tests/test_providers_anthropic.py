@@ -141,6 +141,38 @@ async def test_text_stream_and_request(server: LLMServer, provider: AnthropicPro
     assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]
 
 
+async def test_a_prefill_is_continued(server: LLMServer, provider: AnthropicProvider) -> None:
+    """``continue_text`` (a lost attempt's text) goes as a last assistant message, without
+    its trailing white space and after the cache breakpoints; the model (here the local
+    server) streams only what follows it."""
+    server.script("anthropic/text_basic.sse")
+    req = request(continue_text="Hello ", cache=True)
+    assert provider.continues_prefill
+    parts, snap = await run(provider, req)
+    assert [p.text for p in parts if isinstance(p, TextDelta)] == [" there", "!"]
+    assert snap.text == " there!"
+    [sent] = server.requests
+    assert sent.body["messages"][-1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "Hello"}],
+    }
+    assert "cache_control" in json.dumps(sent.body["messages"][0])
+
+
+def test_what_rules_a_prefill_out(provider: AnthropicProvider) -> None:
+    """Extended thinking, a forced tool, structured output, or a conversation that does not
+    end with the user: the step starts again instead of going on from a prefill."""
+    assert provider.continues(request())
+    assert provider.continues(request(tools=[WEATHER], tool_choice="auto"))
+    thinking = {"thinking": {"type": "enabled", "budget_tokens": 1024}}
+    assert not provider.continues(request(provider_options=thinking))
+    assert not provider.continues(request(tools=[WEATHER], tool_choice="required"))
+    assert not provider.continues(request(output_schema={"type": "object"}))
+    ended = Message(role="assistant", parts=[TextPart(text="done")])
+    assert not provider.continues(request(user_message("Hi"), ended))
+    assert not OpenAIProvider(api_key="sk-test").continues(request())
+
+
 async def test_tool_use_streams_incremental_json(
     server: LLMServer, provider: AnthropicProvider
 ) -> None:

@@ -113,6 +113,7 @@ ERROR_STATUS = {
 
 class AnthropicProvider(ModelProvider):
     name = "anthropic"
+    continues_prefill = True
 
     def __init__(
         self,
@@ -141,6 +142,21 @@ class AnthropicProvider(ModelProvider):
         if self._client is not None:
             await self._client.close()
             self._client = None
+
+    def continues(self, request: ModelRequest) -> bool:
+        """A prefill (a last assistant message the model goes on from) is refused with
+        extended thinking, and cannot be honoured with a forced tool or structured output;
+        it needs the conversation to end with a user message."""
+        body, _, _, _ = build_body(request.model_copy(update={"continue_text": ""}))
+        thinking = body.get("thinking")
+        choice = body.get("tool_choice")
+        return (
+            not (isinstance(thinking, dict) and thinking.get("type", "disabled") != "disabled")
+            and request.output_schema is None
+            and (not isinstance(choice, dict) or choice.get("type") in ("auto", "none"))
+            and bool(body["messages"])
+            and body["messages"][-1]["role"] == "user"
+        )
 
     def count_tokens(self, system: str, messages: list[Message]) -> int:
         """A local estimate (~3.5 characters a token); the count_tokens API is a network call."""
@@ -249,6 +265,10 @@ def build_body(
     place_anthropic_breakpoints(
         body, cache, system_only=request.cached_prompt and not cache.enabled
     )
+    if request.continue_text:  # after the breakpoints: the cached prefix is unchanged
+        # the API refuses a final assistant text that ends in white space
+        prefill = {"type": "text", "text": request.continue_text.rstrip()}
+        messages.append({"role": "assistant", "content": [prefill]})
     return body, dict(request.headers), json_tool, warnings
 
 

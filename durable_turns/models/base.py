@@ -54,12 +54,25 @@ class ModelRequest(BaseModel):
     """Routes a conversation's requests to the same prompt cache (OpenAI's ``prompt_cache_key``)."""
     attempt: int = 1
     """The activity attempt (1-based); the demo provider scripts failures with it."""
+    continue_text: str = ""
+    """Text the reply already holds (what a lost attempt of this step streamed, which the
+    user saw): the provider sends it as the start of the model's answer (an assistant
+    prefill) and streams only what the model adds. Set only when ``continues(request)``."""
 
 
 class ModelProvider(abc.ABC):
     """Streams one model step. Implementations: demo, anthropic, openai."""
 
     name: str = ""
+    continues_prefill: bool = False
+    """Whether the provider can continue an answer from a prefilled start
+    (``ModelRequest.continue_text``): a step whose worker was lost then goes on from what it
+    had streamed instead of starting again."""
+
+    def continues(self, request: ModelRequest) -> bool:
+        """Whether this request can be continued from a prefill (``continues_prefill``, and
+        nothing in the request that rules a prefill out)."""
+        return self.continues_prefill
 
     @abc.abstractmethod
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamPart]:

@@ -29,6 +29,10 @@ may have:
   an error with ``if_input_tokens_over: N`` applies only while the prompt is over N tokens
 * ``usage``: ``{"input_tokens": ...}`` overrides the estimated usage
 
+A request that continues a prefill (``ModelRequest.continue_text``, a step whose worker was
+lost) streams only the rest of the step's text when the text starts with the prefill (a
+model going on from it), else the whole text.
+
 Which step plays is the number of model steps already taken since the last user message,
 so a multi-step turn walks the script, and a continuation goes on where it stopped. A
 ``text`` that is a list holds phrasings of one reply: turn *n* of a conversation plays
@@ -152,6 +156,8 @@ MEASURED_MESSAGES = 4096
 
 class DemoProvider(ModelProvider):
     name = "demo"
+    continues_prefill = True
+    """A ``continue_text`` the step's text starts with is skipped: the rest streams."""
 
     def __init__(self, script_dir: str | None = None) -> None:
         folder = script_dir if script_dir is not None else os.environ.get("TURNS_DEMO_DIR")
@@ -274,7 +280,10 @@ class DemoProvider(ModelProvider):
         chunks += [RawChunk(value=v) for v in step.get("raw", [])]
         text = _fill(_phrasing(step.get("text", "")), fills)
         repeat = max(1, min(int(step.get("repeat", 1)), MAX_REPEAT))
-        chunks += [TextDelta(text=w) for w in _WORDS.findall(" ".join([text] * repeat))]
+        text = " ".join([text] * repeat)
+        if request.continue_text and text.startswith(request.continue_text):
+            text = text[len(request.continue_text) :]  # the model goes on from the prefill
+        chunks += [TextDelta(text=w) for w in _WORDS.findall(text)]
         for i, call in enumerate(step.get("tool_calls", [])):
             call_id = call.get("id") or f"call_{len(request.messages)}_{position}_{i}"
             raw = call.get("raw_args")
