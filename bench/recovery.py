@@ -8,7 +8,8 @@ timeout, the SQLite chunk stream) serve one task queue. Each round submits a tur
 model step streams 200 words, one per 50 ms; once a few chunks are out, the worker running
 the step (its pid, from the workflow's pending activity) gets SIGKILL and a replacement
 starts at once. Timed, from the kill: the first ``recovering`` event on the turn's stream,
-and the first chunk of the next attempt (what the user sees move again). Then the reply is
+and the next attempt's first new text (what the user sees move again: after the kept text
+it re-publishes when it continues the lost attempt, which the user had seen already). Then the reply is
 audited: completed, one assistant message, whole, once.
 
 Liveness off (``TURNS_LIVENESS_MS=off``: the heartbeat timeout alone) is the baseline, in
@@ -214,10 +215,15 @@ async def one_kill(
             recovering_s = now
         if exit_s is None and victim.proc.poll() is not None:
             exit_s = now
-        if any(e.type == "chunk" and (e.attempt or 1) > 1 for e in events):
-            chunk_s = now
-        else:  # what the user has seen of the attempt the next one replaces
+        fresh = [
+            e.data.get("text", "") for e in events if e.type == "chunk" and (e.attempt or 1) > 1
+        ]
+        if not fresh:  # what the user has seen of the attempt the next one replaces
             seen = "".join(e.data.get("text", "") for e in events if e.type == "chunk")
+        # the next attempt's first new text: after the kept text it re-publishes, if it does
+        kept = bool(fresh) and bool(fresh[0]) and seen.startswith(fresh[0])
+        if len(fresh) > (1 if kept else 0):
+            chunk_s = now
         await asyncio.sleep(0.02)
     if exit_s is None:
         await asyncio.to_thread(victim.proc.wait, 60)
