@@ -103,10 +103,7 @@ async def test_sigkill_mid_tool_is_recovered_before_the_heartbeat_timeout(
         result = await asyncio.wait_for(harness.turns.wait(conversation, request), 90)
         assert result.status == "completed"
         assert result.text == "result: slept 4.0s"
-        runs = harness.tool_runs()
-        starts = [r for r in runs if r["phase"] == "start"]
-        assert len(starts) == 2 and starts[0]["id"] == starts[1]["id"], "rerun, same call id"
-        assert [r["phase"] for r in runs].count("end") == 1, "the tool ran to its end once"
+        harness.assert_tool_ran_again_to_its_end_once()
         messages = await (await harness.store()).messages(conversation)
         assert [m.role for m in messages] == ["user", "assistant"]
         assert len([p for p in messages[1].parts if isinstance(p, ToolResultPart)]) == 1
@@ -127,7 +124,8 @@ async def test_sigkill_mid_tool_is_recovered_before_the_heartbeat_timeout(
         events = await streams.read(workflow_id)
         [recovering] = [e for e in events if e.type == "recovering"]
         assert recovering.data["stage"] == "tool" and recovering.data["tool_name"] == "slow"
-        assert recovering.data["tool_call_id"] == starts[0]["id"]
+        [first, *_] = [r for r in harness.tool_runs() if r["phase"] == "start"]
+        assert recovering.data["tool_call_id"] == first["id"]
         assert recovering.data["reason"] == "worker_lost" and recovering.data["deaths"] == 1
         assert recovering.attempt == 2 and "no liveness beat" in recovering.data["message"]
         assert sum(e.type == "tool-result" for e in live_events(events)) == 1

@@ -171,6 +171,14 @@ class Harness:
             return []
         return [json.loads(line) for line in self.tool_log.read_text().splitlines()]
 
+    def assert_tool_ran_again_to_its_end_once(self) -> None:
+        """The one tool call was started twice under one call id (its first worker died) and
+        ran to its end once."""
+        runs = self.tool_runs()
+        starts = [r for r in runs if r["phase"] == "start"]
+        assert len(starts) == 2 and starts[0]["id"] == starts[1]["id"], "rerun, same call id"
+        assert [r["phase"] for r in runs].count("end") == 1, "the tool ran to its end once"
+
     def hook_calls(self) -> list[dict[str, Any]]:
         if not self.hook_log.exists():
             return []
