@@ -73,9 +73,9 @@ from bench.common import (
     temporal_server,
     write_results,
 )
-from bench.cost import Floor
+from bench.cost import Floor, sdk_text_deltas
 from bench.cost_run import paced
-from bench.scale import TOKEN, Redis
+from bench.scale import TOKEN, Redis, turn_arrivals
 
 MODEL = "claude-sonnet-4-5"
 TOKENS_PER_S = 60.0
@@ -139,16 +139,9 @@ def floor_main(base_url: str) -> None:
     async def one(sdk: Any, delay: float) -> list[tuple[int, float]]:
         await asyncio.sleep(delay)
         arrivals: list[tuple[int, float]] = []
-        events = await sdk.messages.create(
-            model=MODEL,
-            max_tokens=4096,
-            messages=[{"role": "user", "content": "Tell me a story."}],
-            stream=True,
-        )
-        async for event in events:
-            if event.type == "content_block_delta" and event.delta.type == "text_delta":
-                now = time.perf_counter()
-                arrivals += [(int(k), now) for k in TOKEN.findall(event.delta.text)]
+        async for text in sdk_text_deltas(sdk):
+            now = time.perf_counter()
+            arrivals += [(int(k), now) for k in TOKEN.findall(text)]
         return arrivals
 
     with asyncio.Runner() as runner:
@@ -190,14 +183,7 @@ async def engine_round(turns: Any, n: int, tokens: int, pool: str) -> dict[str, 
     async def one(conversation: str) -> tuple[list[tuple[int, float]], bool]:
         await asyncio.sleep(random.uniform(0, SPREAD_S))
         started = await turns.start(conversation, "Tell me a story.")
-        assert started.turn_number is not None
-        arrivals: list[tuple[int, float]] = []
-        async for event in turns.chunks(conversation, started.turn_number):
-            if event.type == "chunk" and event.data.get("type") == "text-delta":
-                now = time.perf_counter()
-                arrivals += [(int(k), now) for k in TOKEN.findall(event.data.get("text", ""))]
-            elif event.type == "turn-finish":
-                break
+        arrivals = await turn_arrivals(turns, conversation, started)
         result = await turns.result(conversation, started)
         return arrivals, result.status == "completed"
 

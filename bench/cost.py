@@ -52,6 +52,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -95,23 +96,27 @@ FLOOR_READY = "cost floor ready"
 # --- the floor: the direct SDK loop in a process of its own -------------------------------------
 
 
+async def sdk_text_deltas(sdk: Any) -> AsyncIterator[str]:
+    """One raw stream of the mock's reply through ``anthropic.AsyncAnthropic``: its text
+    deltas, as the direct SDK loop (the floor) reads them."""
+    events = await sdk.messages.create(
+        model=MODEL,
+        max_tokens=4096,
+        messages=[{"role": "user", "content": "Tell me a story."}],
+        stream=True,
+    )
+    async for event in events:
+        if event.type == "content_block_delta" and event.delta.type == "text_delta":
+            yield event.delta.text
+
+
 def floor_main(base_url: str) -> None:
     """``python -m bench.cost floor BASE_URL``: per line ``N`` on stdin, N concurrent raw
     streams of the mock's reply; answers ``DONE <text deltas>``."""
     import anthropic
 
     async def one(sdk: Any) -> int:
-        deltas = 0
-        events = await sdk.messages.create(
-            model=MODEL,
-            max_tokens=4096,
-            messages=[{"role": "user", "content": "Tell me a story."}],
-            stream=True,
-        )
-        async for event in events:
-            if event.type == "content_block_delta" and event.delta.type == "text_delta":
-                deltas += 1
-        return deltas
+        return len([text async for text in sdk_text_deltas(sdk)])
 
     with asyncio.Runner() as runner:
         sdk = anthropic.AsyncAnthropic(base_url=base_url, api_key="bench-key", max_retries=0)

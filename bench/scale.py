@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import os
@@ -342,20 +343,32 @@ def writes_between(before: dict[str, Any], after: dict[str, Any]) -> dict[str, i
     return out
 
 
-async def one_turn(turns: Any, conversation: str, record: dict[str, Any]) -> None:
-    """Start a turn, follow its stream to the end, await its result; record what came."""
-    sent = time.perf_counter()
-    started = await turns.start(conversation, f"Tell me about {conversation}.")
+async def turn_arrivals(
+    turns: Any, conversation: str, started: Any, seen: collections.Counter[str] | None = None
+) -> list[tuple[int, float]]:
+    """Follow a started turn's live stream to its ``turn-finish``: when each numbered token
+    arrived; ``seen`` counts the other events by type."""
     assert started.turn_number is not None
     arrivals: list[tuple[int, float]] = []
     async for event in turns.chunks(conversation, started.turn_number):
         if event.type == "chunk" and event.data.get("type") == "text-delta":
             now = time.perf_counter()
             arrivals += [(int(k), now) for k in TOKEN.findall(event.data.get("text", ""))]
-        elif event.type in ("recovering", "reset"):
-            record[event.type] += 1
         elif event.type == "turn-finish":
             break
+        elif seen is not None:
+            seen[event.type] += 1
+    return arrivals
+
+
+async def one_turn(turns: Any, conversation: str, record: dict[str, Any]) -> None:
+    """Start a turn, follow its stream to the end, await its result; record what came."""
+    sent = time.perf_counter()
+    started = await turns.start(conversation, f"Tell me about {conversation}.")
+    seen: collections.Counter[str] = collections.Counter()
+    arrivals = await turn_arrivals(turns, conversation, started, seen)
+    record["recovering"] += seen["recovering"]
+    record["reset"] += seen["reset"]
     result = await turns.result(conversation, started)
     record["status"] = result.status
     record["workflow_id"] = started.workflow_id
