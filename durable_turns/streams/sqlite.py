@@ -339,10 +339,7 @@ def _append_one(conn: sqlite3.Connection, q: QueuedAppend) -> int | StreamNotOwn
     first = row[0] + 1 if row else 0
     last = first + q.n - 1
     if q.owner:
-        row = conn.execute(
-            "SELECT owner, by_conversation, since FROM chunk_claims WHERE stream_id = ?",
-            (stream_id,),
-        ).fetchone()
+        row = _claim_row(conn, stream_id)
         if row is None or row[0] != q.owner:  # the owner appending again needs no check
             current = _claim_of(row)
             try:
@@ -371,11 +368,16 @@ def _append_one(conn: sqlite3.Connection, q: QueuedAppend) -> int | StreamNotOwn
 
 
 def _claim(conn: sqlite3.Connection, stream_id: str) -> StreamClaim | None:
-    row = conn.execute(
+    return _claim_of(_claim_row(conn, stream_id))
+
+
+def _claim_row(conn: sqlite3.Connection, stream_id: str) -> tuple[Any, ...] | None:
+    """The stream's ``chunk_claims`` row (owner, by_conversation, since), if it is claimed."""
+    row: tuple[Any, ...] | None = conn.execute(
         "SELECT owner, by_conversation, since FROM chunk_claims WHERE stream_id = ?",
         (stream_id,),
     ).fetchone()
-    return _claim_of(row)
+    return row
 
 
 def _claim_of(row: tuple[Any, ...] | None) -> StreamClaim | None:
