@@ -19,10 +19,12 @@ every worker already writes to (as the cancel marks do, ``streams.cancel``):
   by its task token (the public async-completion API) with a ``WorkerLost`` failure that
   names the dead worker as a heartbeat timeout's last heartbeat would (``heartbeats.share``),
   and that the turn counts as a heartbeat timeout (patch ``liveness``). The turn workflow
-  then sees what it sees after a heartbeat timeout (the same crash budget, the same retry about a second later; a tool
-  call runs again, as after a heartbeat timeout, or says it was interrupted when it is not
-  ``retry_safe``), only ~28 s sooner, with no change to the workflow: the history shows an
-  ``ActivityTaskFailed`` where a heartbeat timeout leaves an ``ActivityTaskTimedOut``.
+  then sees what it sees after a heartbeat timeout (the same crash budget; a tool call runs
+  again, as after a heartbeat timeout, or says it was interrupted when it is not
+  ``retry_safe``), only ~28 s sooner: the history shows an ``ActivityTaskFailed`` where a
+  heartbeat timeout leaves an ``ActivityTaskTimedOut``. The failure's detail
+  ``LOST_AT_ONCE_KEY`` lets the turn retry with no timer while its losses weigh one death at
+  most (``workflows.options.lost_wait``): the detection was the wait.
 
 A worker that is shutting down (SIGTERM: a deploy) does the same for its own running
 model steps at once (``hand_over``, before Temporal's graceful shutdown would let them
