@@ -231,12 +231,14 @@ death at most, for the detection window (``TURNS_LIVENESS_MS``) was its wait
 (``workflows.options.lost_wait``). Versioned by the recorded failure, not by a patch (a
 patch costs a ``TemporalChangeVersion`` upsert, a billable action, per turn): a
 ``WorkerLost`` recorded by an earlier release lacks it, and its retry waits its timer."""
-TURN_TASK_TIMEOUT_S = 4.0
+TURN_TASK_TIMEOUT_S = 2.5
 """The workflow task timeout of a turn's workflow (Temporal's default is 10 s): how long a
 workflow task that a worker started and never finished (it died meanwhile: while a begin or
 finish local activity ran in it, or while it replayed) waits before another worker runs it.
 A local activity longer than this keeps its task alive (the SDK heartbeats it every 0.8 ×
-this, three history events each); a task's own work takes milliseconds. Set on the child
+this, three history events each); a task's own work takes milliseconds (a turn's history
+is a few KB a step, so even a replay on another worker is short: measured in
+``bench.recovery``, whose target is the slowest task under half of this). Set on the child
 start of a conversation's turn and of a sub-agent's turn (a new child's option: histories
 recorded before replay alike). See docs/operations.md, "Recovery"."""
 CHUNK_STREAM_UNAVAILABLE = "ChunkStreamUnavailable"

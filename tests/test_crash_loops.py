@@ -131,7 +131,7 @@ async def test_before_turn_that_kills_its_worker_on_some_input_ends_the_turn(
     harness: Harness,
 ) -> None:
     """``before_turn`` runs in ``begin_turn``, a local activity: its worker's death is seen
-    when the workflow task times out (``TURN_TASK_TIMEOUT_S``, 4 s), and counted in the
+    when the workflow task times out (``TURN_TASK_TIMEOUT_S``, 2.5 s), and counted in the
     turn's stored record."""
     log = harness.tmp / "before_turn.txt"
     env = {

@@ -57,7 +57,7 @@ async def test_kill_at_a_boundary(harness: Harness, slow: str, activity: str) ->
         # workflow task ran the activity again, on the new worker, and recorded it once.
         assert len(attempts) == 1
         assert len({m["pid"] for m in marks(harness, slow)}) == 2, "the hook ran again"
-        # noticed at the turn's workflow task timeout (TURN_TASK_TIMEOUT_S, 4 s; the harness
+        # noticed at the turn's workflow task timeout (TURN_TASK_TIMEOUT_S, 2.5 s; the harness
         # lowers only the heartbeat timeout, which a local activity does not have)
         assert recovered_s < 10 + 15, f"the turn finished {recovered_s:.1f}s after the kill"
     else:
