@@ -92,8 +92,30 @@ async def test_a_server_of_another_style_answers_anew(
     server.openai_prefill = "prefix"
     server.script("openai/chat_text.sse")
     options = {"openai": {"prefill": "continue"}}
-    _, snap = await run(compatible, request(continue_text="I'm", provider_options=options))
+    _, snap = await run(compatible, request(continue_text="Well,", provider_options=options))
     assert snap.text.startswith("I'm unable to provide")
+    assert server.requests[-1].body["messages"][-1] == {"role": "assistant", "content": "Well,"}
+
+
+async def test_a_prefill_streamed_back_is_left_out(
+    server: LLMServer, compatible: OpenAIProvider
+) -> None:
+    """A server that streams the prefix back before what it adds (Mistral's answer to a
+    ``"prefix": true`` message starts with it; here the local server sends the scripted
+    reply whole, which starts with the prefill): the step streams only what follows it,
+    the deltas that could be the prefill held until they are known not to be."""
+    server.push(Reply("openai/chat_text.sse", times=3))
+    _, whole = await run(compatible, request())
+    options = {"openai": {"prefill": "prefix"}}
+    parts, snap = await run(
+        compatible, request(continue_text="I'm unable", provider_options=options)
+    )
+    texts = [p.text for p in parts if isinstance(p, TextDelta)]
+    assert snap.text == whole.text[len("I'm unable") :] and texts[:2] == [" to", " provide"]
+    # a start of the prefill that goes elsewhere is the model's own text, sent as it came
+    parts, snap = await run(compatible, request(continue_text="I'm able", provider_options=options))
+    assert snap.text == whole.text
+    assert [p.text for p in parts if isinstance(p, TextDelta)][:2] == ["I'm", " unable"]
 
 
 def test_what_rules_a_prefill_out(

@@ -33,7 +33,8 @@ Why it is shaped like this:
   the message marked ``"prefix": true``, DeepSeek and Mistral), per turn
   (``provider_options={"openai": {"prefill": "vllm"}}``) or per worker
   (``TURNS_OPENAI_PREFILL``); ``off`` by default, ignored for api.openai.com, and Chat
-  Completions only (the Responses API has no prefill: its step starts again).
+  Completions only (the Responses API has no prefill: its step starts again). A server
+  that streams the prefill back first (Mistral) has it left out (``_without_echo``).
 * Reasoning: Chat Completions takes no reasoning back, so it is not sent. A Responses
   reasoning item is kept on its reasoning parts (``provider_metadata["openai"]``:
   ``item_id``, and ``encrypted_content`` when the response has it) and sent back, with its
@@ -251,6 +252,8 @@ class OpenAIProvider(ModelProvider):
                     extra_headers=dict(request.headers) or None,
                 )
                 parts = chat_parts(events, warnings)
+                if request.continue_text and prefill != "off":
+                    parts = _without_echo(parts, request.continue_text.rstrip())
             else:
                 body, warnings = responses_body(request)
                 items = body.pop("input")
@@ -664,6 +667,38 @@ async def chat_parts(chunks: AsyncIterator[Any], warnings: list[str]) -> AsyncIt
         response=response,
         warnings=warnings,
     )
+
+
+async def _without_echo(
+    parts: AsyncIterator[StreamPart], prefill: str
+) -> AsyncIterator[StreamPart]:
+    """A continued step's parts without its prefill, for a server that streams it back
+    before what the model adds (Mistral's answer to a ``"prefix": true`` message starts with
+    the prefix): text that opens the answer and is the prefill is left out, held only while
+    it could still be; anything else goes on as it came."""
+    held: list[StreamPart] = []
+    seen = ""
+    async for part in parts:
+        if prefill and isinstance(part, TextDelta):
+            seen += part.text
+            if prefill.startswith(seen):  # the prefill again, or the start of it: wait
+                held.append(part)
+                if seen == prefill:  # all of it: dropped
+                    held.clear()
+                    prefill = ""
+                continue
+            if seen.startswith(prefill):  # the prefill, then what the model adds
+                held.clear()
+                part = TextDelta(text=seen[len(prefill) :])
+            prefill = ""
+        elif prefill:
+            prefill = ""  # something else first: no echo
+        for early in held:
+            yield early
+        held.clear()
+        yield part
+    for early in held:  # the answer ended as a start of the prefill: it was the answer
+        yield early
 
 
 def _call_index(tool: Any, calls: dict[int, _Call]) -> int:
