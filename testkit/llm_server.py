@@ -25,7 +25,10 @@ For a worker subprocess, point it at the server (``ANTHROPIC_BASE_URL=server.bas
 scripts it over HTTP: ``POST /_control/script`` with a reply (or a list) as JSON, ``GET
 /_control/requests``, ``POST /_control/reset``. ``python -m testkit.llm_server --port 8765``
 runs it on its own. An Anthropic request that ends with an assistant prefill (a step going
-on from what a lost attempt streamed) gets the scripted reply's text after the prefill.
+on from what a lost attempt streamed) gets the scripted reply's text after the prefill; so
+does a Chat Completions request whose last assistant message is one in the style
+``openai_prefill`` names (as a compatible server continues it: ``continue``, ``vllm``,
+``prefix``; None, the default, answers as OpenAI does, with the reply whole).
 """
 
 from __future__ import annotations
@@ -114,9 +117,16 @@ class Recorded:
 
 
 class LLMServer:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, host: str = "127.0.0.1", port: int = 0, openai_prefill: str | None = None
+    ) -> None:
         self.host = host
         self.port = port
+        self.openai_prefill = openai_prefill
+        """The Chat Completions prefill this server continues (``_chat_prefill``): ``continue``
+        (a last assistant message, as llama.cpp or Ollama), ``vllm`` (one with
+        ``continue_final_message`` and no generation prompt), ``prefix`` (one marked
+        ``"prefix": true``, as DeepSeek or Mistral); None: none (OpenAI's own API)."""
         self.requests: list[Recorded] = []
         self.default: Reply | None = None
         """Answers when the queue is empty (otherwise: a 400 naming the unscripted request)."""
@@ -154,6 +164,7 @@ class LLMServer:
             self.requests.clear()
             self.default = None
             self.responder = None
+            self.openai_prefill = None
 
     def pending(self) -> int:
         with self._lock:
@@ -232,7 +243,10 @@ class LLMServer:
             if request.path in API_PATHS:
                 reply = self.responder(request) if self.responder else self._next()
             if reply is not None and request.path == "/v1/messages":
-                reply = _after_prefill(reply, request.body)
+                reply = _after_prefill(reply, _anthropic_prefill(request.body), _anthropic_text)
+            elif reply is not None and request.path == "/v1/chat/completions":
+                prefill = _chat_prefill(request.body, self.openai_prefill)
+                reply = _after_prefill(reply, prefill, _chat_text)
             if reply is None:
                 what = f"llm_server: nothing scripted for {request.method} {request.path}"
                 error = {
@@ -307,31 +321,82 @@ class LLMServer:
         await writer.drain()
 
 
-def _after_prefill(reply: Reply, body: Any) -> Reply:
-    """An Anthropic reply to a request that ends with an assistant prefill, as the model goes
-    on from it: the text deltas the prefill already holds are left out (the one it ends in
-    is cut). A reply whose text does not start with the prefill is sent whole."""
+def _anthropic_prefill(body: Any) -> str:
+    """The text of an Anthropic request's last assistant message (its prefill), or ""."""
     messages = body.get("messages") if isinstance(body, dict) else None
-    if not messages or messages[-1].get("role") != "assistant" or not reply.is_sse():
-        return reply
+    if not messages or messages[-1].get("role") != "assistant":
+        return ""
     content = messages[-1].get("content")
     if isinstance(content, list):
         content = "".join(b.get("text", "") for b in content if isinstance(b, dict))
-    left = content if isinstance(content, str) else ""
+    return content if isinstance(content, str) else ""
+
+
+def _chat_prefill(body: Any, style: str | None) -> str:
+    """The prefill of a Chat Completions request, as a server of ``style`` reads it: the
+    last assistant message's text, when the request asks for it to be continued the way
+    that server continues one; else "" (the reply starts anew, as OpenAI's own API does)."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if style is None or not messages or messages[-1].get("role") != "assistant":
+        return ""
+    last = messages[-1]
+    if style == "vllm" and not (
+        body.get("continue_final_message") is True and body.get("add_generation_prompt") is False
+    ):
+        return ""
+    if style == "prefix" and last.get("prefix") is not True:
+        return ""
+    content = last.get("content")
+    return content if isinstance(content, str) else ""
+
+
+def _anthropic_text(data: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+    """Where an Anthropic event holds its text: a ``text_delta``'s ``text``."""
+    delta = data.get("delta")
+    if isinstance(delta, dict) and delta.get("type") == "text_delta":
+        return delta, "text"
+    return None
+
+
+def _chat_text(data: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+    """Where a Chat Completions chunk holds its text: the first choice's ``delta.content``."""
+    choices = data.get("choices")
+    delta = choices[0].get("delta") if isinstance(choices, list) and choices else None
+    if isinstance(delta, dict) and delta.get("content"):
+        return delta, "content"
+    return None
+
+
+def _after_prefill(
+    reply: Reply,
+    prefill: str,
+    text_at: Callable[[dict[str, Any]], tuple[dict[str, Any], str] | None],
+) -> Reply:
+    """A reply to a request that ends with an assistant prefill, as the model goes on from
+    it: the text deltas (found by ``text_at``) the prefill already holds are left out (the
+    one it ends in is cut). A reply whose text does not start with the prefill is sent whole."""
+    if not prefill or not reply.is_sse():
+        return reply
+    left = prefill
     events = []
     for event in reply.content().split("\n\n"):
-        if left and '"text_delta"' in event:
-            lines = event.split("\n")
-            at = next(i for i, line in enumerate(lines) if line.startswith("data:"))
-            data = json.loads(lines[at][5:])
-            text = data["delta"]["text"]
+        lines = event.split("\n")
+        at = next((i for i, line in enumerate(lines) if line.startswith("data:")), None)
+        data: Any = None
+        if left and at is not None:
+            with contextlib.suppress(ValueError):
+                data = json.loads(lines[at][5:])
+        found = text_at(data) if isinstance(data, dict) else None
+        if found is not None:
+            holder, key = found
+            text = holder[key]
             if not (left.startswith(text) or text.startswith(left)):
                 return reply  # not a prefix of the scripted text
             cut = min(len(left), len(text))
-            left, data["delta"]["text"] = left[cut:], text[cut:]
-            if not data["delta"]["text"]:
+            left, holder[key] = left[cut:], text[cut:]
+            if not holder[key]:
                 continue
-            lines[at] = "data: " + json.dumps(data)
+            lines[at] = "data: " + json.dumps(data, separators=(",", ":"))
             event = "\n".join(lines)
         events.append(event)
     return reply if left else replace(reply, body="\n\n".join(events), fixture=None, times=1)

@@ -26,6 +26,15 @@ Why it is shaped like this:
   reject ``max_tokens``) and as ``max_tokens`` to a custom base URL (what servers accept).
 * Structured output is native: ``response_format`` json_schema (Chat), ``text.format``
   (Responses), with ``strict: false`` so any schema is accepted; the engine validates.
+* A step whose worker was lost goes on from the text it had streamed only where the server
+  continues a trailing assistant message, which OpenAI's own API does not: the ``prefill``
+  setting says how this server does it (``continue``: the message as it is, llama.cpp's
+  llama-server, Ollama, OpenRouter; ``vllm``: with ``continue_final_message``; ``prefix``:
+  the message marked ``"prefix": true``, DeepSeek and Mistral), per turn
+  (``provider_options={"openai": {"prefill": "vllm"}}``) or per worker
+  (``TURNS_OPENAI_PREFILL``); ``off`` by default, ignored for api.openai.com, and Chat
+  Completions only (the Responses API has no prefill: its step starts again). A server
+  that streams the prefill back first (Mistral) has it left out (``_without_echo``).
 * Reasoning: Chat Completions takes no reasoning back, so it is not sent. A Responses
   reasoning item is kept on its reasoning parts (``provider_metadata["openai"]``:
   ``item_id``, and ``encrypted_content`` when the response has it) and sent back, with its
@@ -37,7 +46,7 @@ Why it is shaped like this:
   ``include: ["reasoning.encrypted_content"]`` is added for you only when ``reasoning`` is
   configured too (non-reasoning models reject it): otherwise add it to the options.
 
-Why it is long (about 800 lines): two wire APIs, each with its request body, its message
+Why it is long (about 900 lines): two wire APIs, each with its request body, its message
 mapping and its stream parser, and the errors they share, in marked sections; kept in one
 module, as ``anthropic.py`` keeps its one API, so a provider is read in one place.
 """
@@ -98,6 +107,8 @@ from durable_turns.redaction import redact
 PLACEHOLDER_KEY = "sk-no-key-required"
 CHARS_PER_TOKEN = 4.0
 APIS = ("chat", "responses")
+PREFILLS = ("off", "continue", "vllm", "prefix")
+"""How a server continues a trailing assistant message (``OpenAIProvider.prefill_for``)."""
 ENCRYPTED = "reasoning.encrypted_content"
 
 CHAT_FINISH: dict[str, FinishReason] = {
@@ -111,6 +122,10 @@ TRANSIENT_CODES = {"server_error", "rate_limit_exceeded", "server_is_overloaded"
 
 
 class OpenAIProvider(ModelProvider):
+    """Streams a step through Chat Completions or Responses. ``continues_prefill`` stays
+    False: whether a step can go on from a prefill is the server's (``prefill_for``), so
+    ``continues`` decides per request."""
+
     name = "openai"
 
     def __init__(
@@ -119,11 +134,13 @@ class OpenAIProvider(ModelProvider):
         api_key: str | None = None,
         base_url: str | None = None,
         api: str | None = None,
+        prefill: str | None = None,
         timeout: float = 600.0,
     ) -> None:
         self._api_key = api_key
         self._base_url = base_url
         self._api = api
+        self._prefill = prefill
         self._timeout = timeout
         self._client: openai.AsyncOpenAI | None = None
 
@@ -170,14 +187,62 @@ class OpenAIProvider(ModelProvider):
             )
         return chosen, request.model
 
+    def prefill_for(self, request: ModelRequest) -> str:
+        """How the server continues a trailing assistant message (one of ``PREFILLS``): the
+        turn's ``provider_options["openai"]["prefill"]``, else the provider's ``prefill``,
+        else ``TURNS_OPENAI_PREFILL``, else ``off``."""
+        scoped = request.provider_options.get("openai")
+        chosen = scoped.get("prefill") if isinstance(scoped, dict) else None
+        chosen = chosen or self._prefill or env("TURNS_OPENAI_PREFILL") or "off"
+        if chosen not in PREFILLS:
+            raise ProviderError(
+                f"unknown OpenAI prefill {chosen!r}: use one of {', '.join(PREFILLS)}",
+                kind="invalid_request",
+                provider="openai",
+            )
+        return str(chosen)
+
+    def _custom_server(self) -> bool:
+        """Whether the base URL is an OpenAI-compatible server rather than OpenAI itself."""
+        base_url = self._base_url or env("OPENAI_BASE_URL")
+        return base_url is not None and "api.openai.com" not in base_url
+
+    def continues(self, request: ModelRequest) -> bool:
+        """A prefill needs the Chat Completions API, a ``prefill`` setting other than ``off``
+        and a compatible server (OpenAI's own API has none), and, as Anthropic's, no forced
+        tool, no structured output, no reasoning settings (llama.cpp refuses a prefill with
+        thinking on) and a conversation that ends with the user or a tool result."""
+        try:
+            api, _ = self.api_for(request)
+            style = self.prefill_for(request)
+        except ProviderError:
+            return False  # the request itself says what is wrong
+        if api != "chat" or style == "off" or not self._custom_server():
+            return False
+        plain = request.model_copy(update={"continue_text": ""})
+        body, _ = chat_body(plain, custom_server=True)
+        choice = body.get("tool_choice")
+        template = body.get("chat_template_kwargs")
+        thinking = any(key in body for key in ("reasoning_effort", "reasoning", "thinking")) or (
+            isinstance(template, dict) and bool(template.get("enable_thinking"))
+        )
+        return (
+            "response_format" not in body
+            and (choice is None or choice in ("auto", "none"))
+            and not thinking
+            and bool(body["messages"])
+            and body["messages"][-1]["role"] in ("user", "tool")
+        )
+
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamPart]:
         api, model = self.api_for(request)
+        prefill = self.prefill_for(request)
         events: Any = None
         try:
             client = self._get_client()
-            custom = self._base_url is not None and "api.openai.com" not in self._base_url
+            custom = self._custom_server()
             if api == "chat":
-                body, warnings = chat_body(request, custom_server=custom)
+                body, warnings = chat_body(request, custom_server=custom, prefill=prefill)
                 messages = body.pop("messages")
                 events = await client.chat.completions.create(
                     model=model,
@@ -187,6 +252,8 @@ class OpenAIProvider(ModelProvider):
                     extra_headers=dict(request.headers) or None,
                 )
                 parts = chat_parts(events, warnings)
+                if request.continue_text and prefill != "off":
+                    parts = _without_echo(parts, request.continue_text.rstrip())
             else:
                 body, warnings = responses_body(request)
                 items = body.pop("input")
@@ -227,8 +294,8 @@ def _options(request: ModelRequest) -> dict[str, Any]:
     options.pop("anthropic", None)
     options.pop("structured_output", None)  # the Anthropic provider's switch, not a body field
     scoped = options.pop("openai", None)
-    if isinstance(scoped, dict):
-        options.update(scoped)
+    if isinstance(scoped, dict):  # its ``prefill`` is this provider's setting, not a field
+        options.update({k: v for k, v in scoped.items() if k != "prefill"})
     return options
 
 
@@ -247,8 +314,11 @@ def _unsupported(request: ModelRequest, keys: tuple[str, ...], api: str) -> list
     ]
 
 
-def chat_body(request: ModelRequest, *, custom_server: bool) -> tuple[dict[str, Any], list[str]]:
-    """The Chat Completions body (without model and stream) and warnings."""
+def chat_body(
+    request: ModelRequest, *, custom_server: bool, prefill: str = "off"
+) -> tuple[dict[str, Any], list[str]]:
+    """The Chat Completions body (without model and stream) and warnings. A
+    ``continue_text`` goes last, as an assistant message in the server's ``prefill`` style."""
     body: dict[str, Any] = {
         "messages": to_chat_messages(request.system, request.messages),
         "stream_options": {"include_usage": True},
@@ -291,6 +361,15 @@ def chat_body(request: ModelRequest, *, custom_server: bool) -> tuple[dict[str, 
             "json_schema": {"name": "response", "schema": request.output_schema, "strict": False},
         }
     body.update(_cached(request))
+    if request.continue_text and prefill != "off":
+        # without trailing white space, as for Anthropic: the model goes on from a word
+        message: dict[str, Any] = {"role": "assistant", "content": request.continue_text.rstrip()}
+        if prefill == "prefix":
+            message["prefix"] = True  # DeepSeek, Mistral
+        elif prefill == "vllm":  # the template leaves the message open, with no new turn
+            body["continue_final_message"] = True
+            body["add_generation_prompt"] = False
+        body["messages"].append(message)
     return body, warnings
 
 
@@ -588,6 +667,38 @@ async def chat_parts(chunks: AsyncIterator[Any], warnings: list[str]) -> AsyncIt
         response=response,
         warnings=warnings,
     )
+
+
+async def _without_echo(
+    parts: AsyncIterator[StreamPart], prefill: str
+) -> AsyncIterator[StreamPart]:
+    """A continued step's parts without its prefill, for a server that streams it back
+    before what the model adds (Mistral's answer to a ``"prefix": true`` message starts with
+    the prefix): text that opens the answer and is the prefill is left out, held only while
+    it could still be; anything else goes on as it came."""
+    held: list[StreamPart] = []
+    seen = ""
+    async for part in parts:
+        if prefill and isinstance(part, TextDelta):
+            seen += part.text
+            if prefill.startswith(seen):  # the prefill again, or the start of it: wait
+                held.append(part)
+                if seen == prefill:  # all of it: dropped
+                    held.clear()
+                    prefill = ""
+                continue
+            if seen.startswith(prefill):  # the prefill, then what the model adds
+                held.clear()
+                part = TextDelta(text=seen[len(prefill) :])
+            prefill = ""
+        elif prefill:
+            prefill = ""  # something else first: no echo
+        for early in held:
+            yield early
+        held.clear()
+        yield part
+    for early in held:  # the answer ended as a start of the prefill: it was the answer
+        yield early
 
 
 def _call_index(tool: Any, calls: dict[int, _Call]) -> int:
