@@ -9,6 +9,9 @@ Environment (read when a provider builds its client, not at import time):
 * ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``: the ``openai:`` provider. With a base URL (an
   OpenAI-compatible server such as vLLM, Ollama or llama.cpp) the key is optional.
 * ``TURNS_OPENAI_API``: ``chat`` (default) or ``responses``, the OpenAI API to speak.
+* ``TURNS_OPENAI_PREFILL``: ``off`` (default), ``continue``, ``vllm`` or ``prefix``: how an
+  OpenAI-compatible server continues a trailing assistant message, so that a step whose
+  worker was lost goes on from the text it had streamed (``models.openai``).
 """
 
 from __future__ import annotations
