@@ -4,8 +4,8 @@ One run per store (SQLite, PostgreSQL or both):
 
 * a dev server with its data on disk (``--db-filename``), restarted once mid-run (SIGTERM,
   a pause of 1–3 s, started again on the same port and file);
-* 3 worker processes (``python worker.py``) on one task queue, at the engine's defaults
-  (heartbeat timeout 30 s, shutdown grace 10 s, liveness 1200 ms) unless
+* ``--workers`` worker processes (``python worker.py``, 3 by default) on one task queue, at
+  the engine's defaults (heartbeat timeout 30 s, shutdown grace 10 s, liveness 1200 ms) unless
   ``--heartbeat-timeout-s``, ``--shutdown-grace-s`` or ``--liveness-ms`` set them (the runs
   up to 2026-12-03 used ``--heartbeat-timeout-s 2 --shutdown-grace-s 1 --liveness-ms off``:
   liveness did not exist yet);
@@ -17,9 +17,9 @@ One run per store (SQLite, PostgreSQL or both):
 * every link of the workers behind a fault proxy (``testkit/faultproxy.py``): to the
   Temporal server, to PostgreSQL (the PostgreSQL run) and to Redis, which holds the live
   chunk stream in both runs (``--no-network``: direct links, the SQLite chunk stream);
-* a chaos loop that, 0.5–1.2 s after each fault began (a replacement for a killed worker
-  starts in the background; a worker is only killed while another is live; 210–260 faults
-  per store in 280 s),
+* a chaos loop that, 0.5–1.2 s after each fault began (``--every``; without the network
+  faults 3–9 s; a replacement for a killed worker starts in the background; a worker is only
+  killed while another is live; 210–260 faults per store in 280 s),
   either breaks a link for 1–6 s (60 %: a reset of every connection, a blackhole, a one-way
   partition either way, or 200 ms of latency at 16 KiB/s) or sends SIGKILL or SIGTERM
   (half and half) to a random live worker and starts a replacement, until the
@@ -32,7 +32,9 @@ result; no turn is still running at the deadline. The report gives the counts (l
 duplicated, truncated, mismatched, failed, stuck) and the recovery time of the turns a
 fault hit: their latency beyond the scripted streaming time, minus the median of the same
 figure for unhit turns of the same shape, per fault kind (SIGKILL also alone: the turns no
-other fault touched).
+other kind of fault touched, and once: the turns one SIGKILL hit and nothing else). It also
+counts the chaos loop's turns that found nothing to break, and times each worker's start
+(spawn to "worker ready").
 
 Writes ``bench/results/faults.md`` and ``.json`` (``--quick``: ``faults-quick.*``).
 Every loop is bounded in count and time; the run stops by itself.
@@ -289,9 +291,12 @@ class Pool:
         self.reaping: list[asyncio.Task[None]] = []
         self.starting: list[asyncio.Task[None]] = []
         self.started = 0
+        self.ready_s: list[float] = []
+        """Each started worker's time from spawn to its "worker ready" line."""
 
     def _start(self) -> WorkerProcess:
         self.started += 1
+        began = time.monotonic()
         worker = WorkerProcess(
             [sys.executable, str(ROOT / "worker.py")],
             self.env,
@@ -303,6 +308,7 @@ class Pool:
         except Exception:
             worker.kill()
             raise
+        self.ready_s.append(time.monotonic() - began)
         return worker
 
     async def spawn(self) -> None:
@@ -426,12 +432,15 @@ async def chaos(
     conversations: list[asyncio.Task[None]],
     faults: list[Fault],
     max_faults: int,
-) -> None:
+) -> int:
+    """Breaks something every ``every`` seconds until ``until``; returns how many of its turns
+    found nothing to break (every link broken, or no worker to spare)."""
     restarted = False
+    idle = 0
     while time.monotonic() < until and len(faults) < max_faults:
         await asyncio.sleep(rng.uniform(*every))
         if all(t.done() for t in conversations) or time.monotonic() >= until:
-            return
+            return idle
         try:
             if not restarted and time.monotonic() >= restart_at:
                 restarted = True
@@ -447,11 +456,14 @@ async def chaos(
                 fault = await pool.fault(rng.choice(["SIGKILL", "SIGTERM"]), rng)
             if fault is not None:
                 faults.append(fault)
+            else:
+                idle += 1
         except Exception as e:
             print(f"  chaos: {type(e).__name__}: {e}", flush=True)
             await asyncio.sleep(2)
             for _ in range(pool.short):
                 pool.replace()
+    return idle
 
 
 # --- the audit ---------------------------------------------------------------------------
@@ -725,7 +737,7 @@ async def run_store(store: str, args: argparse.Namespace, tmp: Path) -> dict[str
             flush=True,
         )
         restart_at = t0 + args.duration * rng.uniform(0.35, 0.6)
-        await chaos(
+        idle = await chaos(
             pool,
             server,
             links,
@@ -763,6 +775,8 @@ async def run_store(store: str, args: argparse.Namespace, tmp: Path) -> dict[str
             chaos_s=chaos_s,
             seconds=time.monotonic() - began,
             workers_started=pool.started,
+            worker_ready_s=stats(pool.ready_s),
+            idle_ticks=idle,
             audit_s=time.monotonic() - stuck_wait,
         )
         return report
@@ -940,10 +954,12 @@ def classify(
         if conv is not None:
             troubles += [f"conversation: {d}" for d in disruptions(conv, t["sent"], t["done"])]
         t["hit_how"] = []
-        for f in faults:
+        struck: set[int] = set()  # which faults (by index) hit it
+        for i, f in enumerate(faults):
             if f.kind in ("restart", "network"):
                 if f.at <= t["done"] and (f.until or f.at) >= t["sent"]:
                     hits.append(f.kind)
+                    struck.add(i)
                 continue
             if not t["sent"] - 30 <= f.at <= t["done"]:
                 continue
@@ -956,8 +972,10 @@ def classify(
                 )
                 if how:
                     hits.append(f.kind)
+                    struck.add(i)
                     t["hit_how"].append(f"{f.kind} of {pid}: {name} {how}")
         t["hit_by"] = sorted(set(hits))
+        t["hit_count"] = len(struck)
         t["disruptions"] = troubles
     baseline = {
         tool: median(t["over_script_s"] for t in turns if not t["hit_by"] and t["tool"] == tool)
@@ -975,6 +993,7 @@ def classify(
         "hit_any": extra(lambda t: t["hit_by"]),
         "hit_SIGKILL": extra(lambda t: "SIGKILL" in t["hit_by"] and "restart" not in t["hit_by"]),
         "hit_SIGKILL_alone": extra(lambda t: t["hit_by"] == ["SIGKILL"]),
+        "hit_SIGKILL_once": extra(lambda t: t["hit_by"] == ["SIGKILL"] and t["hit_count"] == 1),
         "hit_SIGTERM": extra(lambda t: t["hit_by"] == ["SIGTERM"]),
         "hit_restart": extra(lambda t: "restart" in t["hit_by"]),
         "hit_network": extra(lambda t: t["hit_by"] == ["network"]),
@@ -1028,6 +1047,14 @@ def table(reports: list[dict[str, Any]]) -> list[list[str]]:
             ),
         ),
         ("faults in all", lambda r: str(len(r["faults"]))),
+        (
+            "chaos turns with nothing to break (no worker to spare)",
+            lambda r: str(r.get("idle_ticks", "—")),
+        ),
+        (
+            "worker start: spawn → ready min/med/p95/max",
+            lambda r: fmt_stats(r.get("worker_ready_s", {})),
+        ),
         ("client re-sends", lambda r: str(r["client_retries"])),
         ("lost", lambda r: str(r["counts"]["lost"])),
         ("duplicated", lambda r: str(r["counts"]["duplicated"])),
@@ -1045,8 +1072,12 @@ def table(reports: list[dict[str, Any]]) -> list[list[str]]:
         ),
         ("… SIGKILL", lambda r: fmt_stats(r["recovery"]["hit_SIGKILL"])),
         (
-            "… SIGKILL alone (no other fault in the turn)",
+            "… SIGKILL alone (no other kind of fault in the turn)",
             lambda r: fmt_stats(r["recovery"].get("hit_SIGKILL_alone", {})),
+        ),
+        (
+            "… one SIGKILL (the only fault in the turn)",
+            lambda r: fmt_stats(r["recovery"].get("hit_SIGKILL_once", {})),
         ),
         ("… SIGTERM", lambda r: fmt_stats(r["recovery"]["hit_SIGTERM"])),
         ("SIGTERM: the worker's exit after", lambda r: fmt_stats(r.get("sigterm_exit_s", {}))),
@@ -1138,7 +1169,10 @@ def dump_json(payload: dict[str, Any]) -> str:
     return text + "\n"
 
 
-async def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, with each default that depends on another option filled in (the
+    pace, ``every_min``/``every_max``, from ``--every``, else from ``--network`` and
+    ``--quick``)."""
     parser = argparse.ArgumentParser(
         prog="python -m bench.faults", description=__doc__.split("\n")[0]
     )
@@ -1190,17 +1224,23 @@ async def main(argv: list[str] | None = None) -> int:
     args.turns = args.turns or (5 if quick else 12)
     args.duration = args.duration or (30.0 if quick else 280.0)
     args.drain = 60.0 if quick else 150.0
+    if args.workers < 2:
+        parser.error("--workers: at least 2 (a worker is only killed while another is live)")
     # the full run: a fault every 0.5–1.2 s (most of them on links; over 200 per store)
     if args.every:
         args.every_min, args.every_max = sorted(args.every)
         if args.every_min <= 0:
             parser.error("--every: the seconds between faults must be above 0")
-    if args.workers < 2:
-        parser.error("--workers: at least 2 (a worker is only killed while another is live)")
     elif args.network:
         args.every_min, args.every_max = (1.0, 2.0) if quick else (0.5, 1.2)
     else:  # every fault a worker's death: the earlier pace
         args.every_min, args.every_max = (3.0, 6.0) if quick else (3.0, 9.0)
+    return args
+
+
+async def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    quick = args.quick
     stores = ["sqlite", "postgres"] if args.store == "both" else [args.store]
     meta: dict[str, Any] = {
         "mode": "quick" if quick else "full",
