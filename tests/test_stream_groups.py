@@ -59,6 +59,20 @@ async def test_an_append_after_a_quiet_interval_goes_at_once() -> None:
     assert loop.time() - asked < 0.05
 
 
+async def test_a_streams_own_appends_never_wait_for_the_interval() -> None:
+    """One turn streaming alone (its chunks, then its boundaries at once) never waits: its
+    publisher spaces its appends; the interval spaces the commits of different streams."""
+    commit = _Recorder()
+    groups = AppendGroups(commit, interval_s=10)
+    for seq in range(1, 4):
+        assert await asyncio.wait_for(groups.append(_append("a", seq)), 1) == seq
+    other = asyncio.create_task(groups.append(_append("b")))
+    await asyncio.sleep(0.1)
+    assert not other.done(), "another stream's append waits for the interval"
+    other.cancel()
+    assert [g for g, _ in commit.groups] == [["a"], ["a"], ["a"]]
+
+
 async def test_a_group_cancelled_while_it_waits_fails_its_appends_and_the_next_goes_on() -> None:
     commit = _Recorder()
     groups = AppendGroups(commit, interval_s=10)

@@ -10,10 +10,11 @@ the busier the event loop, the more appends one turn of it collects. A quiet loo
 sends each append on its next turn, so grouping adds no latency to speak of.
 
 A backend may also space its groups (``interval_s``, SQLite: :data:`COMMIT_INTERVAL_S`):
-an append that finds the last group begun less than that long ago waits for the rest of
-the interval, and the appends made meanwhile join it. One turn streaming at a model's
-pace (an append each ~17 ms) never waits; many turns at once share their commits (at most
-one per interval), each append waiting at most one interval.
+an append that finds the last group begun less than that long ago, with another stream's
+appends in it, waits for the rest of the interval, and the appends made meanwhile join it.
+A stream's own appends are spaced by its publisher already, so one turn streaming alone
+never waits, nor do its boundaries; many turns at once share their commits (at most one
+per interval), each append waiting at most one interval.
 
 Each append in a group is checked and numbered as if alone (its stream's owner, its
 writer's last batch) and answered on its own: one refused (``StreamNotOwned``) fails alone,
@@ -52,16 +53,17 @@ its same ``(writer, seq)``, so one that was written after all is not written twi
 
 
 COMMIT_INTERVAL_S = 0.01
-"""The SQLite backend's shortest time between two groups of one process: below a
-publisher's own time between two appends of chunks (``FLUSH_INTERVAL_S``, 15 ms), so a
-lone turn's tokens never wait; with many turns at once a token waits at most this long,
-and a commit (a write transaction and a wake-up per reading process) serves several."""
+"""The SQLite backend's shortest time between two groups of one process when they write
+to different streams: with many turns at once a token waits at most this long, and a
+commit (a write transaction and a wake-up per reading process) serves several. Below a
+publisher's own time between two appends of chunks (``FLUSH_INTERVAL_S``, 15 ms)."""
 
 
 class AppendGroups:
-    """Queues appends and commits each loop turn's appends as one group (``commit``), at
-    most one group per ``interval_s`` (0: every loop turn); ``grown`` is told the streams
-    a group wrote to (the SQLite backend wakes readers)."""
+    """Queues appends and commits each loop turn's appends as one group (``commit``); a
+    group begun within ``interval_s`` of the last one, which wrote to another stream, waits
+    for the interval's end (0: never); ``grown`` is told the streams a group wrote to (the
+    SQLite backend wakes readers)."""
 
     def __init__(
         self,
@@ -78,6 +80,8 @@ class AppendGroups:
         self._running: set[asyncio.Task[None]] = set()
         self._began = -math.inf
         """When the last group began (the event loop's clock)."""
+        self._began_streams: set[str] = set()
+        """The streams the last group wrote to."""
 
     async def append(self, queued: QueuedAppend) -> int:
         """Queue one append; its last offset once its group is written."""
@@ -85,7 +89,9 @@ class AppendGroups:
         queued.answer = loop.create_future()
         self._queued.append(queued)
         if len(self._queued) == 1:  # the first of a group: commit it on the next turn
-            wait = self._began + self.interval_s - loop.time()
+            wait = 0.0
+            if not self._began_streams <= {queued.stream_id}:  # other streams' appends
+                wait = self._began + self.interval_s - loop.time()
             task = loop.create_task(self._commit_group(wait))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
@@ -111,6 +117,7 @@ class AppendGroups:
         group = [q for q in self._queued if not q.answer.done()]  # a cancelled caller: dropped
         self._queued = []
         self._began = asyncio.get_running_loop().time()
+        self._began_streams = {q.stream_id for q in group}
         if not group:
             return
         try:
