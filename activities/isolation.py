@@ -298,7 +298,9 @@ class ChunkStage:
         self.idle: concurrent.futures.Future[None] | None = None
         self.task: asyncio.Task[None] | None = None
         self.context = contextvars.copy_context()
-        self.heartbeat = _activity_heartbeat()
+        """The step's context, for ``on_chunk`` on the user loop: its ``activity.heartbeat``
+        goes through the worker's loop (bound once here, not at every wake-up)."""
+        self.context.run(_rebind_activity, _activity_heartbeat())
         self.woken = -CHUNK_BATCH_S
         """When the user loop was last woken (the worker's loop's clock)."""
         self.timer: asyncio.TimerHandle | None = None
@@ -338,7 +340,6 @@ class ChunkStage:
         self.task = user.loop.create_task(self._work())
 
     async def _work(self) -> None:
-        _rebind_activity(self.heartbeat)
         with loopwatch.running(self.label):
             while True:
                 while self.pending:

@@ -17,6 +17,8 @@ import time
 from typing import Any
 
 import pytest
+from temporalio import activity
+from temporalio.testing import ActivityEnvironment
 
 from durable_turns.activities import isolation
 from durable_turns.config import Settings
@@ -239,3 +241,32 @@ async def test_a_chunk_stage_closed_with_chunks_waiting_drops_them_and_hands_its
     await until(lambda: user.calls == leased - 1, within_s=5)
     await asyncio.sleep(0.2)
     assert seen == [0]
+
+
+async def test_a_chunk_stage_heartbeats_through_the_workers_loop() -> None:
+    """``activity.heartbeat`` in ``on_chunk`` (on its user loop) is sent from the worker's
+    loop, at every wake-up of the stage, not only the first."""
+    env = ActivityEnvironment()
+    here = threading.get_ident()
+    beats: list[tuple[Any, int]] = []
+    env.on_heartbeat = lambda *details: beats.append((details[0], threading.get_ident()))
+    observed: list[int] = []
+
+    async def observe(chunk: int) -> None:
+        observed.append(threading.get_ident())
+        activity.heartbeat(chunk)
+
+    async def step() -> None:
+        stage = isolation.ChunkStage(observe, "test on_chunk")
+        try:
+            for i in range(3):
+                await stage.push(i)
+                await asyncio.wait_for(stage.drain(), 10)  # a wake-up per chunk
+        finally:
+            stage.close()
+
+    await env.run(step)
+    await asyncio.sleep(0.05)  # the last beat's hop back to this loop
+    assert [b for b, _ in beats] == [0, 1, 2]
+    assert {t for _, t in beats} == {here}, "sent from the worker's loop"
+    assert here not in observed, "observed on the user loop"

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from durable_turns.streams import MemoryBackend, encode_event
 from durable_turns.streams.hub import StreamHub
@@ -111,3 +116,39 @@ async def test_sqlite_followers_of_other_streams_do_not_reread(tmp_path: Path) -
         quiet.cancel()
     finally:
         await backend.close()
+
+
+async def test_a_writer_lists_the_readers_again_only_when_they_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer sends after every commit: it keeps the folder's listing while the folder is
+    unchanged (and settled), and a reader that comes or goes is still seen at once."""
+    from durable_turns.streams import wakeup
+
+    listings = 0
+    real_listdir = os.listdir
+
+    def counted(path: Any) -> list[str]:
+        nonlocal listings
+        listings += 1
+        return real_listdir(path)
+
+    monkeypatch.setattr(wakeup.os, "listdir", counted)
+    db = str(tmp_path / "chunks.db")
+    first, second, writer = WakeChannel(db), WakeChannel(db), WakeChannel(db)
+    async with first.listen("a") as a:
+        assert a is not None
+        old = time.time() - 10  # a folder that changed long ago: its listing is kept
+        os.utime(first.folder, (old, old))
+        assert writer.notify("a") == 1
+        assert writer.notify("a") == 1
+        assert listings == 1, "an unchanged folder is listed once"
+        await asyncio.wait_for(a.wait(), 5)
+        async with second.listen("a") as b:  # a new reader: the folder changed
+            assert b is not None
+            assert writer.notify("a") == 2, "the new reader is told at once"
+            await asyncio.wait_for(b.wait(), 5)
+        assert writer.notify("a") == 1, "the reader that left is not counted"
+        assert listings == 3, "a recently changed folder is listed on every send"
+    assert writer.notify("a") == 0
+    writer.close()

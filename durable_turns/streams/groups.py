@@ -9,6 +9,13 @@ round trip); grouped, those costs are paid once per group, and groups grow with 
 the busier the event loop, the more appends one turn of it collects. A quiet loop still
 sends each append on its next turn, so grouping adds no latency to speak of.
 
+A backend may also space its groups (``interval_s``, SQLite: :data:`COMMIT_INTERVAL_S`):
+an append that finds the last group begun less than that long ago, with another stream's
+appends in it, waits for the rest of the interval, and the appends made meanwhile join it.
+A stream's own appends are spaced by its publisher already, so one turn streaming alone
+never waits, nor do its boundaries; many turns at once share their commits (at most one
+per interval), each append waiting at most one interval.
+
 Each append in a group is checked and numbered as if alone (its stream's owner, its
 writer's last batch) and answered on its own: one refused (``StreamNotOwned``) fails alone,
 and the others are written.
@@ -17,6 +24,7 @@ and the others are written.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -44,17 +52,36 @@ CommitGroup = Callable[[list[QueuedAppend]], Awaitable[list[int | Exception]]]
 its same ``(writer, seq)``, so one that was written after all is not written twice."""
 
 
+COMMIT_INTERVAL_S = 0.01
+"""The SQLite backend's shortest time between two groups of one process when they write
+to different streams: with many turns at once a token waits at most this long, and a
+commit (a write transaction and a wake-up per reading process) serves several. Below a
+publisher's own time between two appends of chunks (``FLUSH_INTERVAL_S``, 15 ms)."""
+
+
 class AppendGroups:
-    """Queues appends and commits each loop turn's appends as one group (``commit``);
-    ``grown`` is told the streams a group wrote to (the SQLite backend wakes readers)."""
+    """Queues appends and commits each loop turn's appends as one group (``commit``); a
+    group begun within ``interval_s`` of the last one, which wrote to another stream, waits
+    for the interval's end (0: never); ``grown`` is told the streams a group wrote to (the
+    SQLite backend wakes readers)."""
 
     def __init__(
-        self, commit: CommitGroup, grown: Callable[[dict[str, None]], None] | None = None
+        self,
+        commit: CommitGroup,
+        grown: Callable[[dict[str, None]], None] | None = None,
+        interval_s: float = 0.0,
     ) -> None:
+        if interval_s < 0:
+            raise ValueError("interval_s must be >= 0")
         self._commit = commit
         self._grown = grown
+        self.interval_s = interval_s
         self._queued: list[QueuedAppend] = []
         self._running: set[asyncio.Task[None]] = set()
+        self._began = -math.inf
+        """When the last group began (the event loop's clock)."""
+        self._began_streams: set[str] = set()
+        """The streams the last group wrote to."""
 
     async def append(self, queued: QueuedAppend) -> int:
         """Queue one append; its last offset once its group is written."""
@@ -62,7 +89,10 @@ class AppendGroups:
         queued.answer = loop.create_future()
         self._queued.append(queued)
         if len(self._queued) == 1:  # the first of a group: commit it on the next turn
-            task = loop.create_task(self._commit_group())
+            wait = 0.0
+            if not self._began_streams <= {queued.stream_id}:  # other streams' appends
+                wait = self._began + self.interval_s - loop.time()
+            task = loop.create_task(self._commit_group(wait))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
         return await queued.answer
@@ -75,9 +105,19 @@ class AppendGroups:
             except (Exception, asyncio.CancelledError):
                 pass
 
-    async def _commit_group(self) -> None:
+    async def _commit_group(self, wait: float) -> None:
+        if wait > 0:  # the last group began less than an interval ago
+            try:
+                await asyncio.sleep(wait)
+            except asyncio.CancelledError:  # never committed: its callers are told so
+                queued, self._queued = self._queued, []
+                for q in queued:
+                    q.answer.cancel()
+                raise
         group = [q for q in self._queued if not q.answer.done()]  # a cancelled caller: dropped
         self._queued = []
+        self._began = asyncio.get_running_loop().time()
+        self._began_streams = {q.stream_id for q in group}
         if not group:
             return
         try:

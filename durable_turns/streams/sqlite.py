@@ -8,9 +8,10 @@ and reads run at once when the file is free and on a worker thread when it is bu
 transcript store's transactions (``sqlite_wal.SQLiteFile``).
 
 A process's appends are group-committed (``streams.groups``): those made within one turn
-of the event loop (a worker streaming many turns makes one per token per turn) share one
-write transaction and one wake-up datagram per reading process, each still checked and
-numbered as if alone.
+of the event loop (a worker streaming many turns makes one per token per turn), or while
+the group waits for :data:`~durable_turns.streams.groups.COMMIT_INTERVAL_S` since the last
+one began, share one write transaction and one wake-up datagram per reading process, each
+still checked and numbered as if alone.
 
 A stream's owner is a row of ``chunk_claims``, read and written in the append's write
 transaction (``streams.base.claim_stream``); a file from before claims gets the table when
@@ -40,7 +41,7 @@ from durable_turns.streams.base import (
     encode_batch,
     visible_after,
 )
-from durable_turns.streams.groups import AppendGroups, QueuedAppend
+from durable_turns.streams.groups import COMMIT_INTERVAL_S, AppendGroups, QueuedAppend
 from durable_turns.streams.wakeup import WakeChannel
 
 SCHEMA = """
@@ -98,7 +99,7 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
     def __init__(self, path: str | Path) -> None:
         super().__init__(path)
         self._wake = None if self.path == ":memory:" else WakeChannel(self.path)
-        self._groups = AppendGroups(self._commit_group, self._woken)
+        self._groups = AppendGroups(self._commit_group, self._woken, COMMIT_INTERVAL_S)
         self._checkpointer: sqlite3.Connection | None = None
         """A connection for checkpoints only (``_checkpoint``), opened by the first."""
         self._checkpointing = threading.Lock()
@@ -322,24 +323,18 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
 
 def _append_one(conn: sqlite3.Connection, q: QueuedAppend) -> int | StreamNotOwned:
     """One append inside its group's write transaction: its last offset, or the refusal
-    (StreamNotOwned, raised before anything of it was written)."""
+    (StreamNotOwned, raised before anything of it was written). What it checks (the
+    writer's last batch, the stream's last offset, its claim) is one statement."""
     stream_id, writer = q.stream_id, q.writer
-    if writer is not None:
-        seen = conn.execute(
-            "SELECT seq, last_offset FROM chunk_writers WHERE stream_id = ? AND writer = ?",
-            (stream_id, writer),
-        ).fetchone()
-        if seen is not None and seen[0] >= q.seq:
-            return int(seen[1])  # applied before: its answer was lost
-    row = conn.execute(
-        "SELECT last_offset FROM chunk_batches WHERE stream_id = ?"
-        " ORDER BY first_offset DESC LIMIT 1",
-        (stream_id,),
+    seq, seen_last, last_offset, *claim_row = conn.execute(
+        _APPEND_STATE, (stream_id, writer)
     ).fetchone()
-    first = row[0] + 1 if row else 0
+    if writer is not None and seq is not None and seq >= q.seq:
+        return int(seen_last)  # applied before: its answer was lost
+    first = last_offset + 1 if last_offset is not None else 0
     last = first + q.n - 1
     if q.owner:
-        row = _claim_row(conn, stream_id)
+        row = None if claim_row[0] is None else tuple(claim_row)
         if row is None or row[0] != q.owner:  # the owner appending again needs no check
             current = _claim_of(row)
             try:
@@ -365,6 +360,19 @@ def _append_one(conn: sqlite3.Connection, q: QueuedAppend) -> int | StreamNotOwn
             (stream_id, writer, q.seq, last),
         )
     return last
+
+
+_APPEND_STATE = (
+    "SELECT w.seq, w.last_offset,"
+    " (SELECT b.last_offset FROM chunk_batches b WHERE b.stream_id = k.stream_id"
+    "  ORDER BY b.first_offset DESC LIMIT 1),"
+    " c.owner, c.by_conversation, c.since"
+    " FROM (SELECT ? AS stream_id, ? AS writer) k"
+    " LEFT JOIN chunk_writers w ON w.stream_id = k.stream_id AND w.writer = k.writer"
+    " LEFT JOIN chunk_claims c ON c.stream_id = k.stream_id"
+)
+"""What an append checks, in one row: its writer's last batch and offset (NULL: none, or
+no writer), the stream's last offset (NULL: empty) and its claim (NULL: unclaimed)."""
 
 
 def _claim(conn: sqlite3.Connection, stream_id: str) -> StreamClaim | None:

@@ -27,6 +27,7 @@ import logging
 import os
 import socket
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator, Collection
 from pathlib import Path
@@ -48,6 +49,12 @@ class WakeChannel:
         self.folder = Path(f"{db_path}.wake")
         self._sender: socket.socket | None = None
         self._listener: _Listener | None = None
+        self._readers: list[tuple[str, bytes]] = []
+        """The reading processes' names and addresses, as last listed."""
+        self._listed: tuple[int, int] | None = None
+        """The folder's mtime when it was last listed, and when that was (ns)."""
+        self._folder_fd: int | None = None
+        """The folder, open: its mtime is read without looking its path up each time."""
 
     def notify(self, stream_id: str | None = None) -> int:
         """Wake the readers of ``stream_id`` (every reader without one), in every process
@@ -80,20 +87,17 @@ class WakeChannel:
         """Each payload to every reading process; how many processes were told."""
         if not SUPPORTED:
             return 0
-        try:
-            names = os.listdir(self.folder)
-        except FileNotFoundError:
-            return 0
-        if not names:
+        readers = self._reading()
+        if not readers:
             return 0
         if self._sender is None:
             self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self._sender.setblocking(False)
         woken = 0
-        for name in names:
+        for name, address in readers:
             try:
                 for payload in payloads:
-                    self._sender.sendto(payload, _address(name))
+                    self._sender.sendto(payload, address)
                 woken += 1
             except (ConnectionRefusedError, FileNotFoundError):
                 with contextlib.suppress(OSError):  # its reader is gone
@@ -102,10 +106,56 @@ class WakeChannel:
                 pass  # a full queue: the reader rereads on its fallback poll
         return woken
 
+    def _reading(self) -> list[tuple[str, bytes]]:
+        """The reading processes (name, address): the folder's listing, listed again only
+        when the folder may have changed since, for a writer sends after every commit.
+
+        A name file added or removed changes the folder's mtime, which the file system
+        stamps with a coarse clock (a few ms behind). So the last listing is kept while
+        the folder's mtime is the one it was listed at, once that mtime is
+        :data:`_SETTLED_NS` older than the listing: any later change gets a later stamp.
+        A folder changed more recently is listed on every send, as before."""
+        mtime = self._folder_mtime()
+        if mtime is None:
+            self._listed, self._readers = None, []
+            return []
+        listed = self._listed
+        if listed is not None and listed[0] == mtime and listed[1] - mtime >= _SETTLED_NS:
+            return self._readers
+        now = time.time_ns()
+        try:
+            names = os.listdir(self.folder)
+        except FileNotFoundError:
+            self._listed, self._readers = None, []
+            return []
+        self._readers = [(name, _address(name)) for name in names]
+        self._listed = (mtime, now)
+        return self._readers
+
+    def _folder_mtime(self) -> int | None:
+        """The folder's mtime (ns), None when there is no folder. Read on the folder kept
+        open, reopened when it was removed (a removed folder has no links)."""
+        fd = self._folder_fd
+        if fd is not None:
+            status = os.stat(fd)
+            if status.st_nlink > 0:
+                return status.st_mtime_ns
+            self._folder_fd = None
+            os.close(fd)
+        try:
+            fd = os.open(self.folder, os.O_RDONLY | os.O_DIRECTORY)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        self._folder_fd = fd
+        return os.stat(fd).st_mtime_ns
+
     def close(self) -> None:
         if self._sender is not None:
             self._sender.close()
             self._sender = None
+        if self._folder_fd is not None:
+            os.close(self._folder_fd)
+            self._folder_fd = None
 
     @contextlib.asynccontextmanager
     async def listen(self, stream_id: str | None = None) -> AsyncIterator[asyncio.Event | None]:
@@ -150,6 +200,9 @@ _MANY = b"m:"
 """Several stream ids, separated by :data:`_SEP`."""
 _SEP = b"\0"
 _ALL = b"w"
+_SETTLED_NS = 1_000_000_000
+"""How much older than its listing the folder's mtime must be for the listing to be kept
+(far above the file system clock's granularity, which is at most a few ms)."""
 _DATAGRAM = 4000
 """The most bytes of stream ids in one datagram (a reader reads up to 64 KiB at once;
 readers of earlier versions read 4 KiB, and wake everyone on a form they do not know)."""
