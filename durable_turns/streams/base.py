@@ -642,7 +642,10 @@ class ChunkPublisher:
         a failed append is retried with exactly it."""
         self._failed: StreamUnavailable | None = None
         self._lock = asyncio.Lock()
-        self._kick = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None
+        """What the background flusher waits on for the first event into an empty buffer
+        (or a full batch, or its interval's end): a future of its own rather than an
+        ``asyncio.Event``, one object less per token."""
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self._eager = True
@@ -692,24 +695,33 @@ class ChunkPublisher:
     def _wake(self) -> None:
         if self._closed:
             raise RuntimeError("publish() after aclose()")
-        if self._task is None or self._task.done():
+        task = self._task
+        if task is None or task.done():
             self._task = asyncio.get_running_loop().create_task(self._flusher())
-        self._kick.set()
+        else:
+            self._poke()
+
+    def _poke(self) -> None:
+        """Wake the background flusher where it waits (nothing when it does not)."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     async def _flusher(self) -> None:
+        loop = asyncio.get_running_loop()
         while self._failed is None:
             if not self._buf:
-                self._kick.clear()
-                await self._kick.wait()  # set by the first event into an empty buffer
+                await self._wait(loop)  # woken by the first event into an empty buffer
                 continue
-            loop = asyncio.get_running_loop()
-            wait = self._flushed_at + self.flush_interval_s - loop.time()
-            if not self._eager and len(self._buf) < self.max_batch and wait > 0:
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(wait):
-                        while len(self._buf) < self.max_batch:
-                            self._kick.clear()
-                            await self._kick.wait()  # set when a batch is full
+            due = self._flushed_at + self.flush_interval_s
+            if not self._eager and len(self._buf) < self.max_batch and due > loop.time():
+                timer = loop.call_at(due, self._poke)  # the interval's end
+                try:
+                    await self._wait(loop)  # or a full batch, whichever comes first
+                finally:
+                    timer.cancel()
+                if len(self._buf) < self.max_batch and loop.time() < due:
+                    continue  # woken early (by a reset that emptied the buffer): look again
             try:
                 self._flushed_at = loop.time()
                 await self._flush(drain=False)
@@ -718,6 +730,14 @@ class ChunkPublisher:
             except Exception as e:
                 log.warning("chunk stream %s: flush failed, will retry: %r", self.stream_id, e)
                 await asyncio.sleep(max(self.flush_interval_s, 0.1))
+
+    async def _wait(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Until ``_poke``: an event into an empty buffer, a full batch, a timer."""
+        self._waiter = waiter = loop.create_future()
+        try:
+            await waiter
+        finally:
+            self._waiter = None
 
     async def flush(self) -> int:
         """Append everything buffered, in batches of at most ``max_batch``; the last offset.
@@ -804,11 +824,10 @@ class ChunkPublisher:
                     raise
                 self.appends += 1
                 self._seq, self._inflight = seq, None
-                sent_chunk = any(item[0] == CHUNK for item in buf[:n])
+                if not drain and self._eager and any(item[0] == CHUNK for item in buf[:n]):
+                    self._eager = False  # the first chunk after a boundary went out
                 del buf[:n]  # only now: a failed append keeps its events for the retry
                 todo -= n
-                if not drain and sent_chunk:
-                    self._eager = False  # the first chunk after a boundary went out
         return self.last_offset
 
     async def boundary(self, event_type: str, data: Any = None) -> int:

@@ -85,17 +85,25 @@ class AppendGroups:
 
     async def append(self, queued: QueuedAppend) -> int:
         """Queue one append; its last offset once its group is written."""
+        return await self.submit(queued)
+
+    def submit(self, queued: QueuedAppend) -> asyncio.Future[int]:
+        """Queue one append; its ``answer``, set once its group is written. What ``append``
+        awaits, for a backend's own ``append`` to await without another coroutine between
+        (a worker streaming many turns queues one per token per turn)."""
         loop = asyncio.get_running_loop()
-        queued.answer = loop.create_future()
-        self._queued.append(queued)
-        if len(self._queued) == 1:  # the first of a group: commit it on the next turn
+        queued.answer = answer = loop.create_future()
+        queued_now = self._queued
+        queued_now.append(queued)
+        if len(queued_now) == 1:  # the first of a group: commit it on the next turn
             wait = 0.0
-            if not self._began_streams <= {queued.stream_id}:  # other streams' appends
+            began = self._began_streams
+            if began and (len(began) > 1 or queued.stream_id not in began):  # others' appends
                 wait = self._began + self.interval_s - loop.time()
             task = loop.create_task(self._commit_group(wait))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
-        return await queued.answer
+        return answer
 
     async def drain(self) -> None:
         """Wait for the groups already queued (before the backend closes)."""

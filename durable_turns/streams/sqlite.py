@@ -155,7 +155,7 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
         queued = QueuedAppend(
             stream_id, encode_batch(events), len(events), owner, by_conversation, writer, seq
         )
-        return await self._groups.append(queued)
+        return await self._groups.submit(queued)
 
     async def _commit_group(self, group: list[QueuedAppend]) -> list[int | Exception]:
         """A group's appends (``streams.groups``) in one write transaction: a write
@@ -354,9 +354,10 @@ def _append_one(conn: sqlite3.Connection, q: QueuedAppend) -> int | StreamNotOwn
         (stream_id, first, last, q.body, time.time()),
     )
     if writer is not None:
-        conn.execute(
-            "INSERT OR REPLACE INTO chunk_writers (stream_id, writer, seq, last_offset)"
-            " VALUES (?, ?, ?, ?)",
+        conn.execute(  # updated in place (a REPLACE deletes the row and inserts it again)
+            "INSERT INTO chunk_writers (stream_id, writer, seq, last_offset) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (stream_id, writer)"
+            " DO UPDATE SET seq = excluded.seq, last_offset = excluded.last_offset",
             (stream_id, writer, q.seq, last),
         )
     return last

@@ -59,11 +59,19 @@ class WakeChannel:
     def notify(self, stream_id: str | None = None) -> int:
         """Wake the readers of ``stream_id`` (every reader without one), in every process
         that follows the file; how many processes were told. Called after a commit."""
-        return self._send([_STREAM + stream_id.encode("utf-8", "replace") if stream_id else _ALL])
+        readers = self._reading()
+        if not readers:
+            return 0
+        payload = _STREAM + stream_id.encode("utf-8", "replace") if stream_id else _ALL
+        return self._send(readers, [payload])
 
     def notify_many(self, stream_ids: Collection[str]) -> int:
         """Wake the readers of each of ``stream_ids``: one datagram per reading process
-        (per :data:`_DATAGRAM` bytes of ids), however many streams grew."""
+        (per :data:`_DATAGRAM` bytes of ids), however many streams grew. Nothing is built
+        when no process reads the file."""
+        readers = self._reading()
+        if not readers:
+            return 0
         payloads: list[bytes] = []
         batch: list[bytes] = []
         size = 0
@@ -81,15 +89,10 @@ class WakeChannel:
             payloads.append(_STREAM + batch[0])
         elif batch:
             payloads.append(_MANY + _SEP.join(batch))
-        return self._send(payloads) if payloads else 0
+        return self._send(readers, payloads) if payloads else 0
 
-    def _send(self, payloads: list[bytes]) -> int:
+    def _send(self, readers: list[tuple[str, bytes]], payloads: list[bytes]) -> int:
         """Each payload to every reading process; how many processes were told."""
-        if not SUPPORTED:
-            return 0
-        readers = self._reading()
-        if not readers:
-            return 0
         if self._sender is None:
             self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
             self._sender.setblocking(False)
@@ -107,14 +110,17 @@ class WakeChannel:
         return woken
 
     def _reading(self) -> list[tuple[str, bytes]]:
-        """The reading processes (name, address): the folder's listing, listed again only
-        when the folder may have changed since, for a writer sends after every commit.
+        """The reading processes (name, address): the folder's listing (none where wake-ups
+        are not supported), listed again only when the folder may have changed since, for a
+        writer sends after every commit.
 
         A name file added or removed changes the folder's mtime, which the file system
         stamps with a coarse clock (a few ms behind). So the last listing is kept while
         the folder's mtime is the one it was listed at, once that mtime is
         :data:`_SETTLED_NS` older than the listing: any later change gets a later stamp.
         A folder changed more recently is listed on every send, as before."""
+        if not SUPPORTED:
+            return []
         mtime = self._folder_mtime()
         if mtime is None:
             self._listed, self._readers = None, []
