@@ -377,16 +377,11 @@ no writer), the stream's last offset (NULL: empty) and its claim (NULL: unclaime
 
 
 def _claim(conn: sqlite3.Connection, stream_id: str) -> StreamClaim | None:
-    return _claim_of(_claim_row(conn, stream_id))
-
-
-def _claim_row(conn: sqlite3.Connection, stream_id: str) -> tuple[Any, ...] | None:
-    """The stream's ``chunk_claims`` row (owner, by_conversation, since), if it is claimed."""
-    row: tuple[Any, ...] | None = conn.execute(
+    row = conn.execute(
         "SELECT owner, by_conversation, since FROM chunk_claims WHERE stream_id = ?",
         (stream_id,),
     ).fetchone()
-    return row
+    return _claim_of(row)
 
 
 def _claim_of(row: tuple[Any, ...] | None) -> StreamClaim | None:
