@@ -53,7 +53,7 @@ CREATE TABLE IF NOT EXISTS chunk_batches (
     created_at REAL NOT NULL,
     PRIMARY KEY (stream_id, first_offset)
 );
-CREATE INDEX IF NOT EXISTS chunk_batches_by_last ON chunk_batches (stream_id, last_offset);
+DROP INDEX IF EXISTS chunk_batches_by_last;
 CREATE TABLE IF NOT EXISTS chunk_claims (
     stream_id TEXT PRIMARY KEY,
     owner TEXT NOT NULL,
@@ -185,12 +185,8 @@ class SQLiteStreamBackend(SQLiteFile, ChunkStreamBackend):
             if start is None:
                 return None, []
             # Each row holds at least one event past ``start``, so ``limit`` rows are enough.
-            rows = conn.execute(
-                "SELECT first_offset, body FROM chunk_batches WHERE stream_id = ?"
-                " AND last_offset > ? ORDER BY last_offset LIMIT ?",
-                (stream_id, start, -1 if limit is None else limit),
-            ).fetchall()
-            return start, rows
+            params = (stream_id, start, -1 if limit is None else limit)
+            return start, conn.execute(_READ, params).fetchall()
 
         start, rows = await self._transaction(read, write=False)  # one snapshot
         if start is None:
@@ -362,6 +358,17 @@ def _append_one(conn: sqlite3.Connection, q: QueuedAppend) -> int | StreamNotOwn
         )
     return last
 
+
+_READ = (
+    "SELECT first_offset, body FROM chunk_batches WHERE stream_id = ?1 AND first_offset >="
+    " coalesce((SELECT first_offset FROM chunk_batches WHERE stream_id = ?1"
+    "  AND first_offset <= ?2 ORDER BY first_offset DESC LIMIT 1), ?2)"
+    " AND last_offset > ?2 ORDER BY first_offset LIMIT ?3"
+)
+"""A stream's batches holding offsets past ?2, in order, at most ?3 of them (-1: all),
+found on the primary key alone: the batch holding ?2 (the last one beginning at or before
+it) and those after it, less that one if it ends at ?2. Batches never overlap (each begins
+after the stream's last), so these are exactly the batches ending past ?2."""
 
 _APPEND_STATE = (
     "SELECT w.seq, w.last_offset,"
