@@ -22,7 +22,8 @@ the user + system CPU of its process (``/proc``) over that time, minus the proce
 CPU over the same wall time, ÷ the tokens. A process's idle rate is the median of its rates
 while the others ran (the workers' and the server's during the floor's rounds, where no
 turn runs). The dev server's CPU over the engine's rounds, minus its idle, ÷ tokens, beside
-the worker's. Medians over ``--rounds`` rounds, the order rotating.
+the worker's. Medians over ``--rounds`` rounds, the order rotating; a ratio is the median of
+the rounds' own ratios (a round's systems run back to back), with their range.
 
 **Heartbeats per long step**: one turn whose one step streams for ``--long-step-s`` seconds,
 on the default worker, then on a worker whose steps cannot watch a cancel mark
@@ -238,14 +239,14 @@ async def cpu_phase(ctx: Ctx, floor: Floor, rounds: int, turns_n: int) -> dict[s
     return {"samples": samples, "idle_rate": {p: median(v) for p, v in idle.items()}}
 
 
-def per_token(cpu: dict[str, Any], system: str, process: str) -> float:
-    """Median over rounds of (CPU − idle rate × wall) ÷ tokens of ``process`` while
-    ``system`` streamed (µs)."""
+def per_token(cpu: dict[str, Any], system: str, process: str) -> list[float]:
+    """Per round, (CPU − idle rate × wall) ÷ tokens of ``process`` while ``system``
+    streamed (µs), in round order: round i of every system ran back to back."""
     rate = cpu["idle_rate"][process]
     key = "server_s" if process == "server" else "cpu_s"
-    return median(
+    return [
         (s[key] - rate * s["wall_s"]) / max(s["tokens"], 1) * 1e6 for s in cpu["samples"][system]
-    )
+    ]
 
 
 # --- the run ------------------------------------------------------------------------------------

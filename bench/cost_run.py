@@ -251,7 +251,12 @@ def us(x: float) -> str:
 def cpu_rows(
     cpu: dict[str, Any], per_token: Any, targets: dict[str, float], args: Any
 ) -> list[Row]:
-    floor = per_token(cpu, "floor", "floor")
+    """``per_token(cpu, system, process)``: that process's µs per token, one per round. A
+    value is the median over rounds; a ratio is the median of the rounds' own ratios (a
+    round's systems ran back to back, so a slower or faster minute of the machine moves
+    both sides of it), its range beside it."""
+    floor_rounds = per_token(cpu, "floor", "floor")
+    floor = median(floor_rounds)
     rate = cpu["idle_rate"]
     rows = [
         Row(
@@ -265,8 +270,10 @@ def cpu_rows(
         )
     ]
     for name in ("default hooks", "user on_chunk"):
-        mine = per_token(cpu, name, name)
-        ratio = mine / floor
+        mine_rounds = per_token(cpu, name, name)
+        mine = median(mine_rounds)
+        ratios = [m / f for m, f in zip(mine_rounds, floor_rounds, strict=True)]
+        ratio = median(ratios)
         rows.append(
             Row(
                 "cpu",
@@ -276,14 +283,18 @@ def cpu_rows(
                 ratio,
                 f"≤ {targets['worker']:g}×",
                 judged(ratio, targets["worker"]),
-                note=f"idle {rate[name] * 1000:.1f} ms of CPU a second subtracted"
+                note=f"the median of {len(ratios)} rounds' ratios (each round's against its own"
+                f" floor: {min(ratios):.2f}–{max(ratios):.2f}×; the medians' ratio"
+                f" {mine / floor:.2f}×); idle {rate[name] * 1000:.1f} ms of CPU a second"
+                " subtracted"
                 + (" (on_chunk: bench.cost_hooks.CountChunks)" if "chunk" in name else ""),
             )
         )
     for name in ("default hooks", "user on_chunk"):
-        server = per_token(cpu, name, "server")
-        worker = per_token(cpu, name, name)
-        ratio = server / worker
+        server_rounds = per_token(cpu, name, "server")
+        worker_rounds = per_token(cpu, name, name)
+        server, worker = median(server_rounds), median(worker_rounds)
+        ratio = median([s / w for s, w in zip(server_rounds, worker_rounds, strict=True)])
         rows.append(
             Row(
                 "cpu",
