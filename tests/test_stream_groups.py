@@ -27,7 +27,7 @@ def _append(stream_id: str, seq: int = 1) -> QueuedAppend:
 async def test_appends_of_one_loop_turn_share_a_group() -> None:
     commit = _Recorder()
     groups = AppendGroups(commit)
-    got = await asyncio.gather(*(groups.append(_append(f"s{i}", i)) for i in range(5)))
+    got = await asyncio.gather(*(groups.submit(_append(f"s{i}", i)) for i in range(5)))
     assert got == [0, 1, 2, 3, 4]
     assert [g for g, _ in commit.groups] == [["s0", "s1", "s2", "s3", "s4"]]
 
@@ -36,11 +36,11 @@ async def test_groups_are_spaced_by_the_interval_and_take_the_appends_made_meanw
     commit = _Recorder()
     groups = AppendGroups(commit, interval_s=0.2)
     loop = asyncio.get_running_loop()
-    await groups.append(_append("a"))
+    await groups.submit(_append("a"))
     began = loop.time()
-    second = asyncio.create_task(groups.append(_append("b")))  # within the interval: waits
+    second = groups.submit(_append("b"))  # within the interval: waits
     await asyncio.sleep(0.05)
-    third = asyncio.create_task(groups.append(_append("c")))  # joins the waiting group
+    third = groups.submit(_append("c"))  # joins the waiting group
     await asyncio.gather(second, third)
     assert [g for g, _ in commit.groups] == [["a"], ["b", "c"]]
     assert commit.groups[1][1] - began >= 0.15, "the second group waited for the interval"
@@ -52,10 +52,10 @@ async def test_an_append_after_a_quiet_interval_goes_at_once() -> None:
     commit = _Recorder()
     groups = AppendGroups(commit, interval_s=0.1)
     loop = asyncio.get_running_loop()
-    await groups.append(_append("a"))
+    await groups.submit(_append("a"))
     await asyncio.sleep(0.15)
     asked = loop.time()
-    await groups.append(_append("a", 2))
+    await groups.submit(_append("a", 2))
     assert loop.time() - asked < 0.05
 
 
@@ -65,8 +65,8 @@ async def test_a_streams_own_appends_never_wait_for_the_interval() -> None:
     commit = _Recorder()
     groups = AppendGroups(commit, interval_s=10)
     for seq in range(1, 4):
-        assert await asyncio.wait_for(groups.append(_append("a", seq)), 1) == seq
-    other = asyncio.create_task(groups.append(_append("b")))
+        assert await asyncio.wait_for(groups.submit(_append("a", seq)), 1) == seq
+    other = groups.submit(_append("b"))
     await asyncio.sleep(0.1)
     assert not other.done(), "another stream's append waits for the interval"
     other.cancel()
@@ -76,15 +76,15 @@ async def test_a_streams_own_appends_never_wait_for_the_interval() -> None:
 async def test_a_group_cancelled_while_it_waits_fails_its_appends_and_the_next_goes_on() -> None:
     commit = _Recorder()
     groups = AppendGroups(commit, interval_s=10)
-    await groups.append(_append("a"))
-    waiting = asyncio.create_task(groups.append(_append("b")))
+    await groups.submit(_append("a"))
+    waiting = groups.submit(_append("b"))
     await asyncio.sleep(0.05)
     for task in list(groups._running):  # what the loop's shutdown does to it
         task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
     groups.interval_s = 0
-    assert await asyncio.wait_for(groups.append(_append("c")), 5) == 1
+    assert await asyncio.wait_for(groups.submit(_append("c")), 5) == 1
     assert [g for g, _ in commit.groups] == [["a"], ["c"]]
 
 

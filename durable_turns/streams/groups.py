@@ -83,14 +83,10 @@ class AppendGroups:
         self._began_streams: set[str] = set()
         """The streams the last group wrote to."""
 
-    async def append(self, queued: QueuedAppend) -> int:
-        """Queue one append; its last offset once its group is written."""
-        return await self.submit(queued)
-
     def submit(self, queued: QueuedAppend) -> asyncio.Future[int]:
-        """Queue one append; its ``answer``, set once its group is written. What ``append``
-        awaits, for a backend's own ``append`` to await without another coroutine between
-        (a worker streaming many turns queues one per token per turn)."""
+        """Queue one append; its ``answer`` (its last offset), set once its group is written:
+        a future, for a backend's own ``append`` to await with no coroutine between (a
+        worker streaming many turns queues one per token per turn)."""
         loop = asyncio.get_running_loop()
         queued.answer = answer = loop.create_future()
         queued_now = self._queued

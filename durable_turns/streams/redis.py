@@ -226,7 +226,7 @@ class RedisStreamBackend(ChunkStreamBackend):
         queued = QueuedAppend(
             stream_id, encode_batch(events), len(events), owner, by_conversation, writer, seq
         )
-        return await self._groups.append(queued)
+        return await self._groups.submit(queued)
 
     async def _commit_group(self, group: list[QueuedAppend]) -> list[int | Exception]:
         """A group's appends (``streams.groups``) as one pipeline of the append script: one
