@@ -23,6 +23,7 @@ from durable_turns.contract import (
 )
 from tests.support.harness import ROOT, Harness
 from tests.support.hooks import calls, start_worker, wait_for_hook
+from tests.support.probes import recorded_result
 
 META = {"user": "u-1", "trace": {"id": "t-9", "tags": ["a", "b"]}, "n": 3}
 TOOL_THEN_TEXT = [
@@ -220,9 +221,9 @@ async def test_the_turns_command_sends_it(harness: Harness, tmp_path: Any) -> No
         turns, harness, tmp_path, "chat", conversation, "hi", *meta, **env
     )
     assert out.returncode == 0, out.stderr
-    state = await harness.turns.state(conversation)
-    assert state.last_result is not None and state.last_result.metadata == {"user": "u-42"}
+    last = await recorded_result(harness, conversation, turn=1)
+    assert last.metadata == {"user": "u-42"}
     out = await asyncio.to_thread(turns, harness, tmp_path, "regenerate", conversation, **env)
     assert out.returncode == 0, out.stderr
-    state = await harness.turns.state(conversation)
-    assert state.last_result is not None and state.last_result.metadata == {"user": "u-42"}
+    last = await recorded_result(harness, conversation, turn=2)
+    assert last.metadata == {"user": "u-42"}

@@ -13,6 +13,7 @@ import pytest
 
 from testkit.llm_server import LLMServer, Reply
 from tests.support.harness import Harness
+from tests.support.probes import recorded_result
 
 KEY = "sk-ant-api03-GATEWAYSECRET0123456789abcdefXYZ"
 ERROR_BODY = json.dumps(
@@ -153,8 +154,8 @@ async def test_a_partial_key_echoed_by_a_gateway_reaches_no_error_state_history_
     assert "model not found for key ***" in result.error.message  # the error itself is kept
     assert "[request req_***]" in result.error.message
     assert _leaked(result.error.message, GATEWAY_KEY) == []
+    assert (await recorded_result(harness, conversation, turn=1)).error is not None
     state = await harness.turns.state(conversation)
-    assert state.last_result is not None and state.last_result.error is not None
     assert _leaked(state.model_dump_json(), GATEWAY_KEY) == []
     turn_state = await harness.client.get_workflow_handle(result.workflow_id).query("state")
     assert _leaked(json.dumps(turn_state), GATEWAY_KEY) == []

@@ -6,6 +6,7 @@ import asyncio
 import socket
 from collections.abc import Callable
 
+from durable_turns.contract import TurnResult
 from durable_turns.messages import Message
 from durable_turns.store import open_store
 from durable_turns.streams import open_stream_backend
@@ -26,6 +27,20 @@ async def _check(predicate: Callable[[], object]) -> bool:
     if asyncio.iscoroutine(value):
         value = await value
     return bool(value)
+
+
+async def recorded_result(harness: Harness, conversation: str, turn: int) -> TurnResult:
+    """Turn ``turn``'s result as its conversation recorded it. A client's wait ends on the
+    turn workflow's own result; the conversation records it a workflow task later."""
+
+    async def recorded() -> TurnResult | None:
+        last = (await harness.turns.state(conversation)).last_result
+        return last if last is not None and last.turn_number == turn else None
+
+    await wait_until(recorded, 10)
+    last = await recorded()
+    assert last is not None
+    return last
 
 
 async def turn_status(harness: Harness, conversation: str) -> str:
