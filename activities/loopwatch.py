@@ -1,11 +1,16 @@
 """Blocking code on the event loop, found and named in the worker's log.
 
 Every turn of a worker shares one asyncio event loop, so user code runs off it: plain
-``def`` tools and hooks in threads, ``async def`` ones on user loops (``isolation``). A
-watchdog thread per loop (the worker's and each user loop) pings it and, when a ping waits
-longer than ``LAG_S``, logs what holds it: the tool or hook running (``running(label)``) and
-where its code is. On a user loop only the calls on that loop wait; on the worker's loop
-(isolation off, or engine code) every turn of the worker does.
+``def`` tools and hooks in threads, ``async def`` ones on user loops (``isolation``). One
+watchdog thread pings every watched loop (the worker's and each user loop) each
+``LAG_S / 4`` and, when a ping waits longer than ``LAG_S``, logs what holds that loop: the
+tool or hook running (``running(label)``) and where its code is. On a user loop only the
+calls on that loop wait; on the worker's loop (isolation off, or engine code) every turn of
+the worker does.
+
+A ping costs its loop one wake-up and the watchdog nothing more: the answer is a stamp the
+watchdog reads on its next round, not a thread it wakes (a thread per loop, each woken by
+its loop's answer, made an idle worker with six user loops wake ~200 times a second).
 """
 
 from __future__ import annotations
@@ -64,45 +69,72 @@ def running_here(label: str) -> Iterator[None]:
 
 
 def watch(loop: asyncio.AbstractEventLoop, user: int | None = None) -> None:
-    """Start the watchdog of ``loop`` (once; it is called from the loop's thread).
+    """Start watching ``loop`` (once; it is called from the loop's thread).
     ``user``: the number of the user loop it is (None: the worker's loop)."""
-    if id(loop) not in _watched:
-        _watched[id(loop)] = _Watch(loop, threading.get_ident(), user)
+    global _watchdog
+    if id(loop) in _watched:
+        return
+    _watched[id(loop)] = _Watch(loop, threading.get_ident(), user)
+    with _starting:
+        if _watchdog is None:
+            _watchdog = threading.Thread(target=_watch_all, name="turns-loopwatch", daemon=True)
+            _watchdog.start()
+
+
+_watchdog: threading.Thread | None = None
+_starting = threading.Lock()
+
+
+def _watch_all() -> None:
+    """The watchdog: each round, a ping to every loop whose last one was answered, a report
+    for every loop whose ping has waited ``LAG_S``."""
+    while True:
+        time.sleep(LAG_S / 4)
+        now = time.monotonic()
+        for watched in list(_watched.values()):
+            watched.check(now)
 
 
 def _current_label(loop: asyncio.AbstractEventLoop) -> str | None:
-    current = getattr(asyncio.tasks, "_current_tasks", {})
-    task = current.get(loop) if hasattr(current, "get") else None
+    task = asyncio.current_task(loop)
     label = _labels.get(id(task)) if task is not None else None
     return label or _callback_labels.get(id(loop))
 
 
 class _Watch:
+    """One watched loop: its outstanding ping (``pinged_at``), answered on the loop."""
+
     def __init__(self, loop: asyncio.AbstractEventLoop, thread_id: int, user: int | None) -> None:
         self.loop = loop
         self.thread_id = thread_id
         self.user = user
-        threading.Thread(target=self._run, name="turns-loopwatch", daemon=True).start()
+        self.pinged_at: float | None = None
+        """When the unanswered ping was sent (None: the last one was answered)."""
+        self.reported = False
 
-    def _run(self) -> None:
-        pong = threading.Event()
-        while True:
-            pong.clear()
+    def check(self, now: float) -> None:
+        """On the watchdog's thread: ping the loop, or report it if the ping still waits."""
+        pinged_at = self.pinged_at
+        if pinged_at is None:
+            self.pinged_at = now  # before the ping is posted: its answer clears it
             try:
-                self.loop.call_soon_threadsafe(pong.set)
+                self.loop.call_soon_threadsafe(self._pong)
             except RuntimeError:  # the loop is closed
                 _watched.pop(id(self.loop), None)
-                return
-            started = time.monotonic()
-            if not pong.wait(LAG_S):
-                self._report()
-                pong.wait()
-                log.warning(
-                    "event loop%s free again after %.1fs of blocking",
-                    self._name(),
-                    time.monotonic() - started,
-                )
-            time.sleep(LAG_S / 4)
+        elif not self.reported and now - pinged_at >= LAG_S:
+            self.reported = True
+            self._report()
+
+    def _pong(self) -> None:
+        """On the loop: the ping is answered."""
+        pinged_at, self.pinged_at = self.pinged_at, None
+        if self.reported and pinged_at is not None:
+            self.reported = False
+            log.warning(
+                "event loop%s free again after %.1fs of blocking",
+                self._name(),
+                time.monotonic() - pinged_at,
+            )
 
     def _report(self) -> None:
         label = _current_label(self.loop) or "code outside any tool or hook"
