@@ -10,7 +10,7 @@ the worker does.
 
 A ping costs its loop one wake-up and the watchdog nothing more: the answer is a stamp the
 watchdog reads on its next round, not a thread it wakes (a thread per loop, each woken by
-its loop's answer, made an idle worker with six user loops wake ~200 times a second).
+its loop's answer, made a process with seven loops wake ~240 times a second, now ~100).
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ _labels: dict[int, str] = {}
 _watched: dict[int, _Watch] = {}
 _callback_labels: dict[int, str] = {}
 """``id(loop)`` → what the plain callback running on that loop runs (no task to label)."""
+_watchdog: threading.Thread | None = None
+"""The one thread that watches every loop (started by the first ``watch``)."""
+_starting = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -81,10 +84,6 @@ def watch(loop: asyncio.AbstractEventLoop, user: int | None = None) -> None:
             _watchdog.start()
 
 
-_watchdog: threading.Thread | None = None
-_starting = threading.Lock()
-
-
 def _watch_all() -> None:
     """The watchdog: each round, a ping to every loop whose last one was answered, a report
     for every loop whose ping has waited ``LAG_S``."""
@@ -114,6 +113,9 @@ class _Watch:
 
     def check(self, now: float) -> None:
         """On the watchdog's thread: ping the loop, or report it if the ping still waits."""
+        if self.loop.is_closed():  # a ping it had not answered included
+            _watched.pop(id(self.loop), None)
+            return
         pinged_at = self.pinged_at
         if pinged_at is None:
             self.pinged_at = now  # before the ping is posted: its answer clears it

@@ -14,18 +14,21 @@ import pytest
 from durable_turns.activities import loopwatch
 
 
-def _loop_thread() -> asyncio.AbstractEventLoop:
+def _loop_thread() -> tuple[asyncio.AbstractEventLoop, threading.Thread]:
     loop = asyncio.new_event_loop()
-    threading.Thread(target=loop.run_forever, daemon=True).start()
-    return loop
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    return loop, thread
 
 
 @pytest.fixture
 def loops() -> Iterator[list[asyncio.AbstractEventLoop]]:
     made = [_loop_thread() for _ in range(3)]
-    yield made
-    for loop in made:
+    yield [loop for loop, _ in made]
+    for loop, thread in made:  # closed, not only stopped: the watchdog then lets them go
         loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
 
 
 def _watched(loop: asyncio.AbstractEventLoop, number: int) -> None:
@@ -59,3 +62,14 @@ def test_one_thread_watches_every_loop_and_names_the_blocked_one(
     assert len(freed) == 1 and "(user loop 90)" in freed[0], messages
     seconds = float(freed[0].split("after ")[1].split("s of")[0])
     assert loopwatch.LAG_S <= seconds <= blocked_s + loopwatch.LAG_S / 2
+
+
+def test_a_closed_loop_is_let_go() -> None:
+    loop, thread = _loop_thread()
+    _watched(loop, 93)
+    loop.call_soon_threadsafe(time.sleep, loopwatch.LAG_S / 2)  # pings queue behind it
+    loop.call_soon_threadsafe(loop.stop)  # ahead of them: a ping is left unanswered
+    thread.join(5)
+    loop.close()
+    time.sleep(loopwatch.LAG_S / 2)  # two rounds of the watchdog
+    assert id(loop) not in loopwatch._watched
