@@ -3,6 +3,7 @@ Temporal Cloud's billable actions per turn, in one run against a dev server of i
 
     python -m bench.cost [--tokens 1000] [--turns 6] [--rounds 3] [--long-step-s 20]
                          [--action-turns 5] [--no-peers] [--only cpu|heartbeats|actions]
+                         [--loop-coalesce-ms N]
 
 The model is the replay server (``testkit/llm_server.py``, a process of its own) at a real
 model's pace: the first token 400 ms after the request, then 60 tokens a second, each token
@@ -24,6 +25,8 @@ while the others ran (the workers' and the server's during the floor's rounds, w
 turn runs). The dev server's CPU over the engine's rounds, minus its idle, ÷ tokens, beside
 the worker's. Medians over ``--rounds`` rounds, the order rotating; a ratio is the median of
 the rounds' own ratios (a round's systems run back to back), with their range.
+``--loop-coalesce-ms N`` sets both workers' ``TURNS_LOOP_COALESCE_MS`` (``0``: every event
+wakes the worker's loop at once; unset: the default), to compare a run with and without it.
 
 **Heartbeats per long step**: one turn whose one step streams for ``--long-step-s`` seconds,
 on the default worker, then on a worker whose steps cannot watch a cancel mark
@@ -275,6 +278,8 @@ async def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any], dict
                 "TURNS_MODEL": f"anthropic:{MODEL}",
                 "TURNS_TOOLS": "bench.pace_tools",
             }
+            if args.loop_coalesce_ms is not None:  # else the worker's default
+                base_env["TURNS_LOOP_COALESCE_MS"] = str(args.loop_coalesce_ms)
             variants = {
                 "default hooks": {},
                 "user on_chunk": {"TURNS_HOOKS": "bench.cost_hooks:CountChunks"},
@@ -332,7 +337,12 @@ async def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any], dict
     meta = run_meta(
         f"{args.turns} concurrent turns × {args.tokens} tokens at {TOKENS_PER_S:g} tokens/s,"
         f" {args.rounds} rotating rounds after a warm-up"
-        + (f"; only the {args.only} part (a partial run)" if args.only else ""),
+        + (f"; only the {args.only} part (a partial run)" if args.only else "")
+        + (
+            f"; the workers' TURNS_LOOP_COALESCE_MS={args.loop_coalesce_ms}"
+            if args.loop_coalesce_ms is not None
+            else ""
+        ),
         args.command,
         load_start,
         server,
@@ -357,6 +367,11 @@ def main(argv: list[str] | None = None) -> None:
         help="turns of each kind counted (a peer's count varies from turn to turn: its median)",
     )
     p.add_argument("--no-peers", action="store_true", help="no peer action counts")
+    p.add_argument(
+        "--loop-coalesce-ms",
+        type=int,
+        help="the workers' TURNS_LOOP_COALESCE_MS (0: off; unset: the default)",
+    )
     p.add_argument(
         "--only", choices=["cpu", "heartbeats", "actions"], help="measure this part alone"
     )

@@ -31,6 +31,9 @@ _PRINCIPAL = re.compile(r"[A-Za-z0-9_.@-]+")
 EMBEDDED_HOST = "127.0.0.1"
 MAX_CRASH_RETRIES = 50
 """The most ``TURNS_CRASH_RETRIES`` may allow: each worker death costs a heartbeat timeout."""
+MAX_LOOP_COALESCE_MS = 50
+"""The most ``TURNS_LOOP_COALESCE_MS`` may set: an event waits for the worker's loop at most
+this long."""
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -253,6 +256,12 @@ class Settings:
     tools, hooks, ``on_chunk`` and stream transforms run on, one call per loop while there are
     enough, so one that blocks delays only its own turn; 0 runs them on the worker's loop
     (at most 256)."""
+    loop_coalesce_ms: int = 10
+    """TURNS_LOOP_COALESCE_MS: while the worker's event loop is busy (its I/O events coming
+    more than twice per interval), it waits for I/O at most once per this many ms and handles
+    what came meanwhile in one wake-up (each wake-up of a waiting thread costs CPU of its own:
+    ``durable_turns.eventloop``); an event waits at most this long. 0: every event wakes the
+    loop at once (at most 50)."""
     workflow_sandbox: bool = False
     """TURNS_WORKFLOW_SANDBOX: ``off`` (the default) runs the engine's own workflows as plain
     code (the SDK's ``UnsandboxedWorkflowRunner``), ``on`` in temporalio's sandbox (its
@@ -312,6 +321,7 @@ class Settings:
             ),
             http_shutdown_grace_s=float(_env("TURNS_HTTP_SHUTDOWN_GRACE_S", "5") or 0),
             user_loops=int(_env("TURNS_USER_LOOPS", "32") or 0),
+            loop_coalesce_ms=int(_env("TURNS_LOOP_COALESCE_MS", "10") or 0),
             workflow_sandbox=_on_off("TURNS_WORKFLOW_SANDBOX", False),
             message_concurrency=_env("TURNS_MESSAGE_CONCURRENCY") or None,
             debounce_ms=int(ms) if (ms := _env("TURNS_DEBOUNCE_MS")) else None,
@@ -332,6 +342,8 @@ class Settings:
             raise ValueError("TURNS_HEARTBEAT_TIMEOUT_S must be positive")
         if not 0 <= self.user_loops <= 256:
             raise ValueError("TURNS_USER_LOOPS must be 0 (off) to 256")
+        if not 0 <= self.loop_coalesce_ms <= MAX_LOOP_COALESCE_MS:
+            raise ValueError(f"TURNS_LOOP_COALESCE_MS must be 0 (off) to {MAX_LOOP_COALESCE_MS}")
         if self.message_concurrency not in (None, *get_args(MessageConcurrency)):
             raise ValueError(
                 "TURNS_MESSAGE_CONCURRENCY must be one of "

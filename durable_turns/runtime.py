@@ -36,6 +36,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
+from durable_turns import eventloop
 from durable_turns._temporal.interceptors import answerable_bytes, update_bound
 from durable_turns._temporal.plugin import DurableTurnsPlugin
 from durable_turns.activities.heartbeats import worker_options
@@ -427,7 +428,8 @@ def main(argv: list[str] | None = None) -> None:
     install_log_redaction()  # no log record carries a secret, or any run of 12 of its characters
     args = parser().parse_args(argv)
     try:
-        asyncio.run(serve(settings_from_args(args)))
+        settings = settings_from_args(args)
+        eventloop.run(serve(settings), settings.loop_coalesce_ms)
     except (ValueError, ServerStartError) as e:  # ServerStartError: e.g. a port in use
         sys.exit(f"worker: {e}")
     finally:
