@@ -7,7 +7,7 @@ import selectors
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -23,23 +23,33 @@ INTERVAL_S = 0.2
 Pair = tuple[CoalescingSelector, socket.socket, socket.socket]
 
 
-def _pair(interval_s: float) -> Pair:
-    selector = CoalescingSelector(interval_s)
-    reader, writer = socket.socketpair()
-    reader.setblocking(False)
-    selector.register(reader, selectors.EVENT_READ)
-    return selector, reader, writer
+@pytest.fixture
+def make_pair() -> Iterator[Callable[[float], Pair]]:
+    """Makes a selector (of that interval) watching a socket pair's reader; all are closed
+    when the test ends."""
+    made: list[Pair] = []
+
+    def make(interval_s: float) -> Pair:
+        selector = CoalescingSelector(interval_s)
+        reader, writer = socket.socketpair()
+        reader.setblocking(False)
+        selector.register(reader, selectors.EVENT_READ)
+        made.append((selector, reader, writer))
+        return made[-1]
+
+    yield make
+    for selector, reader, writer in made:
+        selector.close()
+        reader.close()
+        writer.close()
 
 
 @pytest.fixture
-def pair() -> Iterator[Pair]:
+def pair(make_pair: Callable[[float], Pair]) -> Pair:
     """A selector that found its loop busy."""
-    selector, reader, writer = _pair(INTERVAL_S)
+    selector, reader, writer = make_pair(INTERVAL_S)
     selector.busy = True
-    yield selector, reader, writer
-    selector.close()
-    reader.close()
-    writer.close()
+    return selector, reader, writer
 
 
 def _write_after(sock: socket.socket, delay_s: float) -> threading.Thread:
@@ -90,48 +100,42 @@ def test_a_timer_keeps_its_time(pair: Pair) -> None:
     assert time.monotonic() - began < INTERVAL_S / 2
 
 
-def test_a_quiet_loop_is_woken_at_once_by_each_event() -> None:
+def test_a_quiet_loop_is_woken_at_once_by_each_event(
+    make_pair: Callable[[float], Pair],
+) -> None:
     """I/O events no more often than twice per interval (one turn streaming alone): the
     loop waits as the default one does."""
-    selector, reader, writer = _pair(INTERVAL_S)
-    try:
-        assert not selector.busy
-        assert selector.select(0) == []
-        began = time.monotonic()
-        thread = _write_after(writer, 0.02)
-        assert len(selector.select(None)) == 1
-        thread.join()
-        assert time.monotonic() - began < INTERVAL_S / 2
-    finally:
-        selector.close()
-        reader.close()
-        writer.close()
+    selector, _, writer = make_pair(INTERVAL_S)
+    assert not selector.busy
+    assert selector.select(0) == []
+    began = time.monotonic()
+    thread = _write_after(writer, 0.02)
+    assert len(selector.select(None)) == 1
+    thread.join()
+    assert time.monotonic() - began < INTERVAL_S / 2
 
 
-def test_the_loop_is_busy_while_events_come_more_than_twice_an_interval() -> None:
+def test_the_loop_is_busy_while_events_come_more_than_twice_an_interval(
+    make_pair: Callable[[float], Pair],
+) -> None:
     interval_s = 0.01
     window_s = interval_s * WINDOW_INTERVALS
-    selector, reader, writer = _pair(interval_s)
-    try:
+    selector, reader, writer = make_pair(interval_s)
 
-        def events(n: int, over_s: float) -> None:
-            began = time.monotonic()
-            for _ in range(n):
-                writer.send(b"x")
-                assert len(selector.select(0)) == 1
-                reader.recv(16)
-            time.sleep(max(0.0, over_s - (time.monotonic() - began)))
+    def events(n: int, over_s: float) -> None:
+        began = time.monotonic()
+        for _ in range(n):
+            writer.send(b"x")
+            assert len(selector.select(0)) == 1
+            reader.recv(16)
+        time.sleep(max(0.0, over_s - (time.monotonic() - began)))
 
-        events(BUSY_EVENTS_PER_INTERVAL * WINDOW_INTERVALS * 3, window_s * 1.1)
-        selector.select(0)  # the window's end: decided
-        assert selector.busy
-        events(1, window_s * 1.1)
-        selector.select(0)
-        assert not selector.busy, "a window with one event: quiet again"
-    finally:
-        selector.close()
-        reader.close()
-        writer.close()
+    events(BUSY_EVENTS_PER_INTERVAL * WINDOW_INTERVALS * 3, window_s * 1.1)
+    selector.select(0)  # the window's end: decided
+    assert selector.busy
+    events(1, window_s * 1.1)
+    selector.select(0)
+    assert not selector.busy, "a window with one event: quiet again"
 
 
 def test_a_loop_of_the_factory_runs_timers_and_threadsafe_calls() -> None:
