@@ -46,6 +46,7 @@ from durable_turns.contract import (
     regenerate_problem,
 )
 from durable_turns.devserver import EmbeddedServer, ServerStartError, port_free, port_open
+from durable_turns.entry import exit_status, leave
 from durable_turns.errors import DurableTurnsError, NoWorker
 from durable_turns.presence import pollers
 
@@ -754,14 +755,10 @@ def main(argv: list[str] | None = None) -> None:
             runtime.main(argv[1:] if argv else sys.argv[2:])
             code = 0
         except SystemExit as e:  # "worker: …" (a port in use, a bad setting): said here
-            if e.code is None or isinstance(e.code, int):
-                code = e.code or 0
-            else:
-                print(e.code, file=sys.stderr)
-                code = 1
+            code = exit_status(e.code)
         if argv is not None:
             sys.exit(code)
-        _exit(code)  # the worker used a Temporal client: no interpreter teardown
+        leave(code)  # the worker used a Temporal client: no interpreter teardown (entry.py)
     conversation = getattr(args, "conversation", None)
     if conversation is not None and (problem := id_problem(conversation)):
         top.exit(2, f"turns {args.command}: invalid conversation id: {problem}\n")
@@ -784,16 +781,7 @@ def main(argv: list[str] | None = None) -> None:
         code = 130
     if argv is not None:  # called from Python: leave the interpreter to its caller
         sys.exit(code)
-    _exit(code)
-
-
-def _exit(code: int) -> None:
-    """Leave without the interpreter's teardown: temporalio's runtime can abort the process
-    as Python finalizes ("PyGILState_Release … must be current", sdk-python#300), turning
-    a finished command into exit status 134 (``durable_turns.entry``)."""
-    from durable_turns.entry import leave
-
-    leave(code)
+    leave(code)  # no interpreter teardown: temporalio can abort it (sdk-python#300, entry.py)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 import traceback
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, NoReturn
 
 
@@ -34,10 +34,19 @@ def run(main: Coroutine[Any, Any, Any]) -> NoReturn:
     raises; 1, with the traceback on stderr, for any other exception; 130 on Ctrl-C.
     Make it the last line of a script: nothing after it runs.
     """
+    call(lambda: asyncio.run(main))
+
+
+def call(main: Callable[[], object]) -> NoReturn:
+    """Call ``main`` and end the process with its status, as :func:`run` does for a coroutine.
+
+    For a script whose entry point is a plain function (``python worker.py`` calls
+    ``runtime.main``); the status follows the same rules as :func:`run`'s.
+    """
     try:
-        code = _status(asyncio.run(main))
+        code = exit_status(main())
     except SystemExit as e:
-        code = _status(e.code)
+        code = exit_status(e.code)
     except KeyboardInterrupt:
         code = 130
     except BaseException:
@@ -46,7 +55,9 @@ def run(main: Coroutine[Any, Any, Any]) -> NoReturn:
     leave(code)
 
 
-def _status(value: object) -> int:
+def exit_status(value: object) -> int:
+    """The status ``sys.exit(value)`` would end the process with: 0 for None, an int as is
+    (a bool as 0 or 1), and 1 for anything else, which is printed to stderr first."""
     if value is None:
         return 0
     if isinstance(value, bool):

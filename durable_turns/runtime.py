@@ -36,7 +36,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from durable_turns import eventloop
+from durable_turns import entry, eventloop
 from durable_turns._temporal.interceptors import answerable_bytes, update_bound
 from durable_turns._temporal.plugin import DurableTurnsPlugin
 from durable_turns.activities.heartbeats import worker_options
@@ -440,4 +440,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    entry.call(main)  # no interpreter teardown: temporalio can abort it (sdk-python#300)

@@ -9,6 +9,9 @@ worker polls, at once; an unknown flag gets the usage of the command it follows.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -167,3 +170,30 @@ def test_an_unknown_flag_gets_the_usage_of_the_command_it_follows(tmp_path: Path
             f"{error} unrecognized arguments: {args[-1] if args[0] != '--bogus' else '--bogus'}"
             in (out.stderr)
         )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["worker.py"], ["-m", "durable_turns.runtime"], ["-m", "durable_turns.cli", "worker"]],
+    ids=["worker.py", "runtime", "turns worker"],
+)
+def test_a_worker_with_a_bad_setting_says_so_from_every_entrance(
+    command: list[str], tmp_path: Path
+) -> None:
+    """Every way to start a worker ends through ``durable_turns.entry`` (no interpreter
+    teardown for temporalio to abort): "worker: …" in one line, exit status 1, atexit run."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "TURNS_"))}
+    env.update(TURNS_LOOP_COALESCE_MS="99", PYTHONPATH=str(ROOT))
+    script = [str(ROOT / command[0]), *command[1:]] if command[0].endswith(".py") else command
+    out = subprocess.run(
+        [sys.executable, *script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 1, out
+    assert out.stderr.strip().splitlines()[-1] == (
+        "worker: TURNS_LOOP_COALESCE_MS must be 0 (off) to 50"
+    )

@@ -193,20 +193,24 @@ ENTRY_CASES = [
 ]
 
 
+@pytest.mark.parametrize("form", ["run(main())", "entry.call(main)"])
 @pytest.mark.parametrize(("code", "status", "stdout", "stderr"), ENTRY_CASES)
 def test_run_exits_with_the_scripts_own_status(
-    code: str, status: int, stdout: str, stderr: str, tmp_path: Path
+    form: str, code: str, status: int, stdout: str, stderr: str, tmp_path: Path
 ) -> None:
-    """``durable_turns.run``: sys.exit(asyncio.run(main()))'s status, atexit handlers run,
-    output flushed even when piped, nothing after it runs."""
+    """``durable_turns.run`` (and ``entry.call`` for a plain function, as ``worker.py`` ends):
+    sys.exit(asyncio.run(main()))'s status, atexit handlers run, output flushed even when
+    piped, nothing after it runs."""
+    if form.startswith("entry.call"):
+        code = code.replace("async def", "def")
     script = tmp_path / "entry.py"
     script.write_text(
         "import atexit, logging, sys\n"
-        "from durable_turns import run\n"
+        "from durable_turns import entry, run\n"
         "atexit.register(lambda: print('atexit ran', file=sys.stderr))\n"
         "sys.stdout.write('buffered ')\n"
         f"{code}\n"
-        "run(main())\n"
+        f"{form}\n"
         "print('after run')\n"
     )
     out = subprocess.run(
