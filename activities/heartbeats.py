@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator
@@ -70,8 +71,9 @@ def share() -> dict[str, Any]:
 
 
 class SharedWorker(Interceptor):
-    """Counts the turns with an activity running on this worker, and adds ``share()`` to
-    every heartbeat of its activities (as the last detail)."""
+    """Counts the turns with an activity running on this worker, adds ``share()`` to every
+    heartbeat of its activities (as the last detail), and sends a heartbeat made on another
+    thread (user code on a user loop, ``activities.isolation``) from the worker's loop."""
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
         return _CountingInbound(next)
@@ -79,7 +81,7 @@ class SharedWorker(Interceptor):
 
 class _CountingInbound(ActivityInboundInterceptor):
     def init(self, outbound: ActivityOutboundInterceptor) -> None:
-        super().init(_SharingOutbound(outbound))
+        super().init(_SharingOutbound(outbound, asyncio.get_running_loop()))
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         key = activity.info().workflow_id or ""
@@ -93,12 +95,31 @@ class _CountingInbound(ActivityInboundInterceptor):
 
 
 class _SharingOutbound(ActivityOutboundInterceptor):
-    beats = 0
-    """This activity's heartbeats so far (each detail says how many: ``"beats"``)."""
+    """An activity's ``activity.heartbeat``: the SDK sends a heartbeat with a task of the
+    worker's loop, so one made on another thread (a hook or tool on its user loop, whose
+    context is a copy of the activity's) goes there first, as the SDK does for a sync
+    activity's; ``share()`` is read there too."""
+
+    def __init__(self, next: ActivityOutboundInterceptor, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(next)
+        self.loop = loop
+        """The worker's loop, where the activity started."""
+        self.beats = 0
+        """This activity's heartbeats so far (each detail says how many: ``"beats"``)."""
 
     def heartbeat(self, *details: Any) -> None:
+        if _running_loop() is not self.loop:
+            self.loop.call_soon_threadsafe(functools.partial(self.heartbeat, *details))
+            return
         self.beats += 1
         super().heartbeat(*details, {**share(), "beats": self.beats})
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:  # a thread with no loop running
+        return None
 
 
 _ATTEMPT: contextvars.ContextVar[tuple[int, int]] = contextvars.ContextVar(

@@ -16,7 +16,8 @@ each on its own thread, in a pool of at most ``USER_LOOPS`` (``TURNS_USER_LOOPS`
   batches, one wake-up of its loop per ``CHUNK_BATCH_S`` (a thread hop per chunk cost more
   CPU than the rest of the stream's work for that chunk).
 * The caller's context variables are copied into the call (``activity.info()``,
-  ``activity.is_cancelled()``); ``activity.heartbeat`` is sent from the worker's loop.
+  ``activity.is_cancelled()``); ``activity.heartbeat`` is sent from the worker's loop (by
+  the engine's activity interceptor, ``heartbeats.SharedWorker``).
 * Cancelling the caller (a cancelChat, a tool's timeout) cancels the call on its loop; the
   caller does not wait for it to wind down.
 
@@ -29,14 +30,11 @@ import asyncio
 import collections
 import concurrent.futures
 import contextvars
-import dataclasses
 import functools
 import logging
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
-
-from temporalio import activity
 
 from durable_turns.activities import loopwatch
 
@@ -153,30 +151,13 @@ async def _awaited(fn: Callable[[Any], Awaitable[None]], value: Any) -> None:
     await fn(value)
 
 
-def _rebind_activity(heartbeat: Callable[..., None] | None) -> None:
-    """In the call's own context: ``activity.heartbeat()`` goes through the worker's loop."""
-    if heartbeat is None:
-        return
-    current = activity._Context.current()
-    activity._Context.set(dataclasses.replace(current, heartbeat=heartbeat))
-
-
-def _activity_heartbeat() -> Callable[..., None] | None:
-    if not activity.in_activity():
-        return None
-    beat = activity._Context.current().heartbeat
-    return thread_safe_heartbeat(beat) if beat is not None else None
-
-
 def _submit(
     user: UserLoop, make: Callable[[], Awaitable[T]], label: str
 ) -> concurrent.futures.Future[T]:
     """Start ``make()`` on ``user``'s loop, in a copy of the caller's context."""
     done: concurrent.futures.Future[T] = concurrent.futures.Future()
-    heartbeat = _activity_heartbeat()
 
     async def call() -> T:
-        _rebind_activity(heartbeat)
         with loopwatch.running(label):
             return await make()
 
@@ -298,9 +279,9 @@ class ChunkStage:
         self.idle: concurrent.futures.Future[None] | None = None
         self.task: asyncio.Task[None] | None = None
         self.context = contextvars.copy_context()
-        """The step's context, for ``on_chunk`` on the user loop: its ``activity.heartbeat``
-        goes through the worker's loop (bound once here, not at every wake-up)."""
-        self.context.run(_rebind_activity, _activity_heartbeat())
+        """The step's context, for ``on_chunk`` on the user loop (copied once here, not at
+        every wake-up): its ``activity.info()``, and an ``activity.heartbeat`` the engine's
+        activity interceptor sends from the worker's loop (``heartbeats.SharedWorker``)."""
         self.woken = -CHUNK_BATCH_S
         """When the user loop was last woken (the worker's loop's clock)."""
         self.timer: asyncio.TimerHandle | None = None

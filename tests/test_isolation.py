@@ -19,9 +19,12 @@ from typing import Any
 import pytest
 from temporalio import activity
 from temporalio.testing import ActivityEnvironment
+from temporalio.worker import ActivityInboundInterceptor, ActivityOutboundInterceptor
 
 from durable_turns.activities import isolation
+from durable_turns.activities.heartbeats import WORKER_PROCESS, SharedWorker
 from durable_turns.config import Settings
+from durable_turns.contract import SHARE_KEY
 from testkit.load import busy_cores
 from tests.support.harness import Harness
 
@@ -243,17 +246,17 @@ async def test_a_chunk_stage_closed_with_chunks_waiting_drops_them_and_hands_its
     assert seen == [0]
 
 
-async def test_a_chunk_stage_heartbeats_through_the_workers_loop() -> None:
-    """``activity.heartbeat`` in ``on_chunk`` (on its user loop) is sent from the worker's
-    loop, at every wake-up of the stage, not only the first."""
+async def test_a_chunk_stage_runs_in_the_steps_activity_context() -> None:
+    """``activity.heartbeat`` and ``activity.info`` in ``on_chunk`` (on its user loop) are the
+    step's, at every wake-up of the stage, not only the first."""
     env = ActivityEnvironment()
     here = threading.get_ident()
-    beats: list[tuple[Any, int]] = []
-    env.on_heartbeat = lambda *details: beats.append((details[0], threading.get_ident()))
-    observed: list[int] = []
+    beats: list[Any] = []
+    env.on_heartbeat = lambda *details: beats.append(details[0])
+    observed: list[tuple[int, str]] = []
 
     async def observe(chunk: int) -> None:
-        observed.append(threading.get_ident())
+        observed.append((threading.get_ident(), activity.info().activity_type))
         activity.heartbeat(chunk)
 
     async def step() -> None:
@@ -266,7 +269,42 @@ async def test_a_chunk_stage_heartbeats_through_the_workers_loop() -> None:
             stage.close()
 
     await env.run(step)
-    await asyncio.sleep(0.05)  # the last beat's hop back to this loop
-    assert [b for b, _ in beats] == [0, 1, 2]
-    assert {t for _, t in beats} == {here}, "sent from the worker's loop"
-    assert here not in observed, "observed on the user loop"
+    assert beats == [0, 1, 2]
+    assert {kind for _, kind in observed} == {env.info.activity_type}
+    assert here not in {t for t, _ in observed}, "observed on the user loop"
+
+
+async def test_a_heartbeat_made_on_a_user_loop_is_sent_from_the_workers_loop() -> None:
+    """The engine's activity interceptor hands a heartbeat made on another thread to the
+    worker's loop, where the SDK sends it (with a task of that loop); one made there is sent
+    at once. Each carries the worker's share and its count."""
+    here = threading.get_ident()
+    sent: list[tuple[tuple[Any, ...], int]] = []
+
+    class Sent(ActivityOutboundInterceptor):  # what the SDK's own outbound would be given
+        def heartbeat(self, *details: Any) -> None:
+            sent.append((details, threading.get_ident()))
+
+    class Given(ActivityInboundInterceptor):  # the next inbound: keeps the outbound it gets
+        outbound: ActivityOutboundInterceptor | None = None
+
+        def init(self, outbound: ActivityOutboundInterceptor) -> None:
+            self.outbound = outbound
+
+    given = Given(None)  # type: ignore[arg-type]
+    SharedWorker().intercept_activity(given).init(Sent(None))  # type: ignore[arg-type]
+    outbound = given.outbound
+    assert outbound is not None
+
+    async def on_user_loop() -> int:
+        outbound.heartbeat("from a user loop")
+        return threading.get_ident()
+
+    user_thread = await isolation.run("test heartbeat", on_user_loop)
+    outbound.heartbeat("from the worker's loop")
+    await until(lambda: len(sent) == 2, within_s=5)
+    assert user_thread != here
+    assert {details[0] for details, _ in sent} == {"from a user loop", "from the worker's loop"}
+    assert {thread for _, thread in sent} == {here}, "sent from the worker's loop"
+    assert sorted(details[-1]["beats"] for details, _ in sent) == [1, 2]
+    assert all(details[-1][SHARE_KEY] == WORKER_PROCESS for details, _ in sent)

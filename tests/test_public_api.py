@@ -3,9 +3,10 @@
 
 It fails on an import of a temporalio module path with a part that starts with ``_``, or of a
 name that does (``from temporalio.x import _y``); on anything from ``temporalio.bridge`` but
-its protobuf types (``temporalio.bridge.proto``); and on an assignment to an attribute of a
-temporalio module (``temporalio.x.y = …``, or through a name bound to one), which would
-change the SDK for the whole process.
+its protobuf types (``temporalio.bridge.proto``); on a private name read through a temporalio
+module (``activity._Context``); and on an assignment to an attribute of a temporalio module
+(``temporalio.x.y = …``, or through a name bound to one), which would change the SDK for the
+whole process.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ def _module_problem(module: str) -> str | None:
     return None
 
 
+def _private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
 def problems(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(), filename=str(path))
     found: list[str] = []
@@ -60,6 +65,12 @@ def problems(path: Path) -> list[str]:
                     if alias.name[:1].islower():
                         modules.add(alias.asname or alias.name)
     for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            root: ast.expr = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in modules | {"temporalio"}:
+                found.append(f"{path.name}:{node.lineno}: private name {ast.unparse(node)}")
         targets: list[ast.expr] = []
         if isinstance(node, ast.Assign):
             targets = node.targets
@@ -67,7 +78,7 @@ def problems(path: Path) -> list[str]:
             targets = [node.target]
         for target in targets:
             if isinstance(target, ast.Attribute):
-                root: ast.expr = target.value
+                root = target.value
                 while isinstance(root, ast.Attribute):
                     root = root.value
                 if isinstance(root, ast.Name) and root.id in modules | {"temporalio"}:
@@ -96,6 +107,9 @@ def test_the_scan_finds_each_kind_of_private_use(tmp_path: Path) -> None:
         "from temporalio.bridge.proto.workflow_activation import WorkflowActivation\n"
         "from temporalio import workflow\n"
         "workflow.x = 1\n"
+        "from temporalio import activity\n"
+        "activity._Context.current()\n"
+        "print(workflow.__name__)\n"
     )
     found = problems(bad)
     assert any("temporalio.bridge.worker" in p for p in found), found
@@ -105,5 +119,6 @@ def test_the_scan_finds_each_kind_of_private_use(tmp_path: Path) -> None:
     assert any("assignment to bridge_worker.decode_activation" in p for p in found), found
     assert any("assignment to temporalio.converter.x" in p for p in found), found
     assert any("assignment to workflow.x" in p for p in found), found
-    # protobuf types (line 8) and the workflow module's import (9) are fine
-    assert {p.split(":")[1] for p in found} == {"1", "2", "3", "4", "6", "7", "10"}, found
+    assert any("private name activity._Context" in p for p in found), found
+    # protobuf types (line 8), the modules' imports (9, 11) and a dunder (13) are fine
+    assert {p.split(":")[1] for p in found} == {"1", "2", "3", "4", "6", "7", "10", "12"}, found
