@@ -12,16 +12,17 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 WORKDIR /app
 
 # Only what the package is built from: never .venv, .git or .data.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY durable_turns/ durable_turns/
 COPY activities/ activities/
 COPY workflows/ workflows/
 COPY hooks/ hooks/
 COPY worker.py ./
 
-# postgres: the PostgreSQL transcript store (asyncpg); encryption: the payload codec.
+# postgres: the PostgreSQL transcript store (asyncpg); encryption: the payload codec. The
+# versions are the ones the test suite runs on (constraints.txt).
 ARG EXTRAS=postgres,encryption
-RUN pip install ".[${EXTRAS}]" \
+RUN pip install -c constraints.txt ".[${EXTRAS}]" \
     && rm -rf build ./*.egg-info
 
 # An unprivileged user; /data is its writable directory (TURNS_DATA_DIR).

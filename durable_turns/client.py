@@ -431,7 +431,7 @@ class TurnsClient:
             from durable_turns.streams.cancel import mark_cancel
 
             with contextlib.suppress(Exception):  # a hint: the signal is the cancel
-                await mark_cancel(await self._stream_backend(), conversation_id, request_id)
+                await mark_cancel(await self.stream_backend(), conversation_id, request_id)
         await self.conversation(conversation_id).signal(SIGNAL_CANCEL, {"request_id": request_id})
 
     async def state(self, conversation_id: str) -> ConversationState:
@@ -529,12 +529,14 @@ class TurnsClient:
         Only what the conversation's own run of the turn streamed: nothing of a workflow
         started elsewhere under the turn's id.
         """
-        streams = await self._stream_backend()
+        streams = await self.stream_backend()
         stream = turn_id(conversation_id, turn_number)
         async for event in streams.follow(stream, after=after, by_conversation=True):
             yield event
 
-    async def _stream_backend(self) -> ChunkStreamBackend:
+    async def stream_backend(self) -> ChunkStreamBackend:
+        """The chunk-stream backend this client follows live streams on
+        (``TURNS_CHUNK_STREAM_URL``), opened on first use; the front door shares it."""
         from durable_turns.streams import open_stream_backend
 
         if self._streams is None:

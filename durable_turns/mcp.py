@@ -731,11 +731,13 @@ def _transport(config: McpServerConfig) -> Any:
             command=config.command, args=list(config.args), env=config.env, cwd=config.cwd
         )
         return stdio_client(params)
+    import httpx2
     from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
 
     assert config.url is not None
-    client = create_mcp_http_client(headers=config.headers)
+    # The client the MCP SDK makes by default (its factory is private), with the server's
+    # headers: its timeouts, 30 s, and 300 s for a read (a response stream may stay open).
+    client = httpx2.AsyncClient(headers=config.headers, timeout=httpx2.Timeout(30.0, read=300.0))
     return _owning(client, streamable_http_client(config.url, http_client=client))
 
 

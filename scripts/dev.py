@@ -30,7 +30,8 @@ def ensure_env() -> None:
         print("creating .venv …", flush=True)
         venv.EnvBuilder(with_pip=True).create(VENV)
     stamp = VENV / ".installed"
-    digest = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    pinned = [ROOT / "pyproject.toml", ROOT / "constraints.txt"]  # the tested versions
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in pinned)).hexdigest()
     if not stamp.exists() or stamp.read_text() != digest:
         print("installing durable-turns and its test tools into .venv …", flush=True)
         subprocess.run(
@@ -41,6 +42,8 @@ def ensure_env() -> None:
                 "install",
                 "--quiet",
                 "--disable-pip-version-check",
+                "-c",
+                "constraints.txt",
                 "-e",
                 ".[test]",
             ],

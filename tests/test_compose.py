@@ -574,8 +574,10 @@ def test_dockerfile_installs_declared_extras() -> None:
     args = dict(arg.split("=", 1) for kw, arg in instructions if kw == "ARG" and "=" in arg)
     installs = [a for kw, a in instructions if kw == "RUN" and "pip install" in a]
     assert installs, "the image must pip install the project"
-    m = re.search(r"""pip install\s+["']?\.\[([^\]]+)\]""", installs[0])
-    assert m, "pip install .[extras]"
+    m = re.search(r"""pip install\s+-c constraints\.txt\s+["']?\.\[([^\]]+)\]""", installs[0])
+    assert m, "pip install -c constraints.txt .[extras]: the tested versions"
+    copied = [a for kw, a in instructions if kw == "COPY"]
+    assert any("constraints.txt" in a.split() for a in copied), "the image copies the pins"
     extras = {e.strip() for e in interpolate(m.group(1), args).split(",")}
     assert "postgres" in extras, "the image needs the postgres extra (asyncpg)"
     declared = set(pyproject()["project"].get("optional-dependencies", {}))

@@ -212,3 +212,27 @@ def test_turns_version_is_the_installed_distributions() -> None:
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     newest = re.search(r"^## (\d+\.\d+\.\d+)", (ROOT / "CHANGELOG.md").read_text(), re.M)
     assert newest is not None and newest.group(1) == version
+
+
+def test_the_tests_run_on_the_pinned_versions() -> None:
+    """``constraints.txt`` is what the suite runs on: every pin is the installed version,
+    and every dependency pyproject.toml names (the package's and its test extra's) has one."""
+    pins: dict[str, str] = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[_canonical(name)] = version.strip()
+    wrong = {
+        name: (version, importlib.metadata.version(name))
+        for name, version in pins.items()
+        if importlib.metadata.version(name) != version
+    }
+    assert wrong == {}, "pinned, installed"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    named = project["dependencies"] + project["optional-dependencies"]["test"]
+    unpinned = [d for d in named if _canonical(re.split(r"[<>=!~\[ ;]", d)[0]) not in pins]
+    assert unpinned == [] and len(pins) > 20
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()

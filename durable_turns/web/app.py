@@ -67,7 +67,7 @@ def create_app(
             async with opening:
                 if "it" not in door:
                     turns = client or await TurnsClient.connect(settings)
-                    streams = await turns._stream_backend()
+                    streams = await turns.stream_backend()
                     store = open_store(settings.resolved_store_url)
                     await store.open()
                     door["it"] = FrontDoor(
