@@ -116,6 +116,16 @@ def hook_executor() -> ThreadPoolExecutor:
     return _executor
 
 
+def release_hook_threads() -> None:
+    """Tell the hook threads to end once their calls have (a process that stops working): an
+    idle one otherwise waits for work for ever, and a process that joins its threads before
+    it exits (``durable_turns.entry.leave``) with it. A later hook gets new threads."""
+    global _executor
+    if _executor is not None:
+        _executor.shutdown(wait=False)
+        _executor = None
+
+
 async def run_hook(name: str, fn: Callable[..., Any], *args: Any) -> Any:
     """Call a user's hook: ``async def`` on a user loop, a plain ``def`` in a thread."""
     if inspect.iscoroutinefunction(fn):

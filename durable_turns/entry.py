@@ -32,7 +32,9 @@ def run(main: Coroutine[Any, Any, Any]) -> NoReturn:
     The exit status is the one ``sys.exit(asyncio.run(main))`` would give: 0 when ``main``
     returns None, its return value when that is an int; the code of a ``SystemExit`` it
     raises; 1, with the traceback on stderr, for any other exception; 130 on Ctrl-C.
-    Make it the last line of a script: nothing after it runs.
+    Make it the last line of a script: nothing after it runs. Shut down a
+    ``ThreadPoolExecutor`` of the script's own first (``with`` does): the interpreter's exit
+    tells its idle threads to end, and no public API lets :func:`leave` do the same.
     """
     call(lambda: asyncio.run(main))
 

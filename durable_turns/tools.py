@@ -170,6 +170,15 @@ def sync_tool_executor() -> ThreadPoolExecutor:
     return _executor
 
 
+def release_sync_tool_threads() -> None:
+    """Tell the sync tools' threads to end once their calls have (as
+    ``activities.lifecycle.release_hook_threads`` does for hooks)."""
+    global _executor
+    if _executor is not None:
+        _executor.shutdown(wait=False)
+        _executor = None
+
+
 def _thread_safe(heartbeat: Callable[..., None]) -> Callable[..., None]:
     """``ctx.heartbeat`` for a tool running in a thread: the beat is sent from the loop."""
     loop = asyncio.get_running_loop()

@@ -458,3 +458,32 @@ def test_a_hand_over_is_told_apart_from_a_shutdown_past_its_grace() -> None:
     assert not is_handed_over(
         failed(ApplicationError("x", {HANDED_OVER_KEY: 1}, type="WorkerShutdown"))
     )
+
+
+async def test_a_worker_that_ran_plain_def_hooks_and_tools_exits_at_once(harness: Harness) -> None:
+    """Plain-``def`` hooks and tools run on thread pools whose idle threads wait for work; a
+    stopping worker tells them to end before it leaves (joining its threads, no interpreter
+    teardown: ``durable_turns.entry``). Before, such a worker said "worker stopped" and hung
+    until it was killed."""
+    calls = harness.tmp / "hooks.txt"
+    worker = harness.start_worker(
+        TURNS_HOOKS="tests.support.crash_hooks:CrashingEnd",  # plain-def hooks, not crashing
+        TEST_CRASH_FILE=str(calls),
+        TURNS_TOOLS="tests.support.tools,tests.support.sync_tools",
+    )
+    model = harness.script(
+        [{"tool_calls": [{"name": "block_sync", "input": {"seconds": 0}}]}, {"text": "done"}]
+    )
+    result = await harness.send(harness.conv("threads"), "go", model=model)
+    assert result.status == "completed", result.error
+    assert [r["tool"] for r in harness.tool_runs()] == ["block_sync"]
+
+    def responded() -> bool:
+        return calls.exists() and "on_chat_response" in calls.read_text()
+
+    await wait_until(responded, 30)
+    began = time.monotonic()
+    worker.terminate()
+    assert await asyncio.to_thread(worker.proc.wait, 30) == 0, worker.log_tail()
+    assert time.monotonic() - began < 10
+    assert "worker stopped" in worker.log_tail()
