@@ -39,7 +39,7 @@ from durable_turns.store.base import owns
 from durable_turns.streams import ChunkPublisher, ChunkStreamBackend, StreamUnavailable
 from durable_turns.streams.base import StreamNotOwned
 from durable_turns.streams.cancel import CancelWatch
-from durable_turns.streams.liveness import AttemptRecord, Liveness
+from durable_turns.streams.liveness import CHAT_RESPONSE_STAGE, AttemptRecord, Liveness
 from durable_turns.tools import ToolRegistry
 
 
@@ -111,12 +111,12 @@ class ActivityDeps:
 
     @contextlib.asynccontextmanager
     async def recorded_attempt(
-        self, turn: TurnRef, step: int, tool: tuple[str, str] | None = None
+        self, turn: TurnRef | None, step: int = 0, tool: tuple[str, str] | None = None
     ) -> AsyncIterator[None]:
         """While the block runs, the running model step's attempt (``tool``: the tool call's,
-        its id and name) is recorded under this worker, so that the other workers recover it
-        within ``TURNS_LIVENESS_MS`` of the worker's death (``streams.liveness``); nothing
-        when liveness is off."""
+        its id and name; no ``turn``: an ``on_chat_response``'s, after its turn) is recorded
+        under this worker, so that the other workers recover it within ``TURNS_LIVENESS_MS``
+        of the worker's death (``streams.liveness``); nothing when liveness is off."""
         liveness = (self.root or self).liveness
         info = activity.info()
         if liveness is None or info.is_local:
@@ -128,16 +128,20 @@ class ActivityDeps:
             workflow_id=info.workflow_id or "",
             run_id=info.workflow_run_id or "",
             namespace=info.namespace,
-            stream_id=turn.turn_id,
-            owner=turn.owner,
-            by_conversation=turn.by_conversation,
+            stream_id=turn.turn_id if turn is not None else "",
+            owner=turn.owner if turn is not None else None,
+            by_conversation=turn.by_conversation if turn is not None else False,
             step=step,
             attempt=number,
             failures=heartbeats.failures(number),
         )
         if tool is not None:
             record.stage, (record.tool_call_id, record.tool_name) = "tool", tool
-        async with liveness.running(f"{info.workflow_run_id}/{info.activity_id}", record):
+        elif turn is None:
+            record.stage = CHAT_RESPONSE_STAGE
+        key = f"{info.workflow_run_id}/{info.activity_id}"
+        # a model step or tool call records itself beside its work; a hook, at once first
+        async with liveness.running(key, record, written_first=turn is None):
             yield
 
     def of(self, turn: TurnRef | str | None) -> ActivityDeps:

@@ -268,7 +268,8 @@ class FinishActivities:
             body=turn.body if turn else {},
             metadata=result.metadata,
         )
-        async with keep_alive(self.deps.beat_every):
+        # recorded: a dead worker's on_chat_response runs again about TURNS_LIVENESS_MS later
+        async with self.deps.recorded_attempt(None), keep_alive(self.deps.beat_every):
             await self.deps.lifecycle.on_chat_response(response)
 
 

@@ -15,10 +15,11 @@ from temporalio.service import RPCError, RPCStatusCode
 from durable_turns.client import task_being_retried
 from durable_turns.config import MAX_CRASH_RETRIES, Settings
 from durable_turns.contract import MODEL_STEP, TOOL_CALL, WORKER_CRASH_LOOP
+from durable_turns.streams import RECOVERING, TURN_FINISH
 from durable_turns.workflows.options import CHAT_RESPONSE_CRASH_RETRIES
 from tests.support.harness import Harness, WorkerProcess
 from tests.support.history import activity_attempts
-from tests.support.probes import wait_until
+from tests.support.probes import chunk_backend, wait_until
 
 CRASH_RETRIES = Settings().crash_retries
 MODEL_TRIES = Settings().model_retries + 1
@@ -210,7 +211,8 @@ async def test_on_chat_error_that_kills_its_worker_is_given_up(harness: Harness)
 async def test_on_chat_response_that_kills_its_worker_is_given_up(harness: Harness) -> None:
     """``on_chat_response`` runs after the turn, in the conversation's own activity: past
     the budget it is given up (a warning), the turn's result stands, the conversation goes
-    on; before, Temporal retried it without limit."""
+    on; before, Temporal retried it without limit. Each death is recovered by liveness (it
+    waited out a 10 s heartbeat timeout before)."""
     log = harness.tmp / "hooks.txt"
     env = {"TURNS_HOOKS": "tests.support.crash_hooks:CrashingEnd", "TEST_CRASH_FILE": str(log)}
     conversation = harness.conv("crash-loop-respond")
@@ -243,6 +245,18 @@ async def test_on_chat_response_that_kills_its_worker_is_given_up(harness: Harne
             and "on_chat_response of turn 1" in w.log_tail(100_000)
             for w in workers
         )
+        # each death was found by the next worker's liveness watch, not its heartbeat timeout
+        found = [line for w in workers for line in w.log_tail(100_000).splitlines()]
+        lost = [line for line in found if "on_chat_response attempt" in line]
+        assert len(lost) == responses and all("no liveness beat" in line for line in lost)
+        # and its turn's stream, finished before, got no recovering event
+        streams = await chunk_backend(harness)
+        try:
+            events = await streams.read(result.workflow_id)
+        finally:
+            await streams.close()
+        assert events and events[-1].type == TURN_FINISH
+        assert RECOVERING not in {e.type for e in events}
 
 
 def test_a_query_refused_while_a_dead_workers_task_is_retried_is_asked_again() -> None:

@@ -11,6 +11,9 @@ every worker already writes to (as the cancel marks do, ``streams.cancel``):
 * a running model step or tool call records its attempt under its worker
   (``attempt_started``; ``ActivityDeps.recorded_attempt``): the activity's task token, and
   what its ``recovering`` event needs (a tool call's: stage ``tool``, its call id and name);
+  so does an ``on_chat_response``, after its turn (no stream, so no event: a follow-up it
+  submits is what a user waits for), its record written before the hook runs, since user
+  code may kill its worker at once;
 * every worker watches the beat counts (one read of every count per beat interval). When a
   worker's count has not moved for ``lost_after`` of the watcher's own clock (no clocks are
   compared across machines; only over a span the watcher watched: ``check``), the watcher takes each of its attempts (``take_attempt``: of
@@ -40,8 +43,7 @@ where it runs); their worker beats on while it drains, so no watcher takes them 
 What liveness cannot reach: a local activity (begin, finish or fail turn) runs inside its
 turn's workflow task, which no public API fails for a dead worker; the task waits its
 timeout, shortened for turns (``contract.TURN_TASK_TIMEOUT_S``). Activities that record no
-attempt (a compaction, ``on_chat_response``, a sub-agent's relay) keep their heartbeat
-timeout.
+attempt (a compaction, a sub-agent's relay) keep their heartbeat timeout.
 
 A worker declared dead that is in fact alive (cut off from the backend, or starved of CPU
 for longer than ``lost_after``) is safe for the reply: its activity's completion, heartbeats
@@ -89,6 +91,12 @@ LOST_MESSAGE = "the worker running it stopped (no liveness beat for {:.1f} s)"
 
 HANDED_OVER_MESSAGE = "the worker running it is shutting down: handed over to another worker"
 
+RECORD_WAIT_S = 1.0
+"""The longest an attempt waits for its record to be written first (``running``)."""
+
+CHAT_RESPONSE_STAGE = "chat_response"
+"""The stage of an ``on_chat_response`` attempt: after its turn, so no stream to announce on."""
+
 
 @dataclass
 class AttemptRecord:
@@ -107,7 +115,9 @@ class AttemptRecord:
     attempt: int
     failures: int
     stage: str = "stream"
-    """The ``recovering`` event's stage: "stream" (a model step) or "tool" (a tool call)."""
+    """The ``recovering`` event's stage: "stream" (a model step) or "tool" (a tool call);
+    "chat_response" for an ``on_chat_response`` (its turn has ended: ``stream_id`` is empty
+    and no event is written)."""
     tool_call_id: str = ""
     tool_name: str = ""
 
@@ -116,6 +126,8 @@ class AttemptRecord:
         """The attempt, as a log line names it."""
         if self.stage == "tool":
             return f"tool {self.tool_name} ({self.tool_call_id}) of step {self.step}"
+        if self.stage == CHAT_RESPONSE_STAGE:
+            return "on_chat_response"
         return f"model step {self.step}"
 
     def body(self) -> str:
@@ -208,13 +220,20 @@ class Liveness:
     # --- this worker's attempts -----------------------------------------------------------
 
     @contextlib.asynccontextmanager
-    async def running(self, key: str, record: AttemptRecord) -> AsyncIterator[None]:
+    async def running(
+        self, key: str, record: AttemptRecord, *, written_first: bool = False
+    ) -> AsyncIterator[None]:
         """Record an attempt for as long as the block runs (best effort: a backend that does
-        not answer leaves the attempt to its heartbeat timeout)."""
+        not answer leaves the attempt to its heartbeat timeout). The record is written beside
+        the block, off its path; ``written_first``: before it (for at most
+        ``RECORD_WAIT_S``), for a block that may kill its worker at once (user code)."""
         started = asyncio.get_running_loop().create_task(
             self.backend.attempt_started(self.worker, key, record.body())
         )
         self._keep(started)
+        if written_first:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(started), RECORD_WAIT_S)
         task = asyncio.current_task()
         if task is not None:
             self._mine[key] = (record, task)
@@ -255,9 +274,10 @@ class Liveness:
         still end within the grace. Returns how many were handed over."""
         if not self.others_alive():  # nobody to take them: the grace may see them end
             return 0
-        # tool calls are left to the grace: a tool may not be safe to run twice, and one cut
-        # short here would run again while nothing says it stopped where it runs
-        mine = [(k, v) for k, v in self._mine.items() if v[0].stage != "tool"]
+        # tool calls and on_chat_response are left to the grace: user code may not be safe
+        # to run twice, and one cut short here would run again while nothing says it
+        # stopped where it runs
+        mine = [(k, v) for k, v in self._mine.items() if v[0].stage == "stream"]
         for key, _ in mine:
             del self._mine[key]
 
@@ -363,6 +383,24 @@ class Liveness:
         ``recovering`` event on its stream (what the user sees first; the next attempt's own
         one is then the same batch), the turn's next workflow task off the worker's sticky
         queue, and the activity failed with ``error`` by its task token."""
+        if rec.stream_id:
+            await self._announce(rec, reason, error)
+        with contextlib.suppress(Exception):  # its next task to a live worker's queue
+            await self.client.workflow_service.reset_sticky_task_queue(
+                ResetStickyTaskQueueRequest(
+                    namespace=rec.namespace,
+                    execution=WorkflowExecution(workflow_id=rec.workflow_id, run_id=rec.run_id),
+                )
+            )
+        handle = self.client.get_async_activity_handle(task_token=base64.b64decode(rec.task_token))
+        try:
+            await handle.fail(error)
+        except Exception as e:  # it ended meanwhile, or was recovered by another watcher
+            log.info("turn %s: attempt not failed: %r", rec.workflow_id, e)
+
+    async def _announce(self, rec: AttemptRecord, reason: str, error: ApplicationError) -> None:
+        """The ``recovering`` event on the attempt's stream (a stream that cannot be written
+        is logged: the next attempt publishes the same event anyway)."""
         writer, nxt, deaths = rec.recovering_writer()
         data: dict[str, Any] = {
             "stage": rec.stage,
@@ -389,18 +427,6 @@ class Liveness:
             )
         except Exception as e:  # the next attempt publishes it anyway
             log.warning("turn %s: recovering event not written: %r", rec.workflow_id, e)
-        with contextlib.suppress(Exception):  # its next task to a live worker's queue
-            await self.client.workflow_service.reset_sticky_task_queue(
-                ResetStickyTaskQueueRequest(
-                    namespace=rec.namespace,
-                    execution=WorkflowExecution(workflow_id=rec.workflow_id, run_id=rec.run_id),
-                )
-            )
-        handle = self.client.get_async_activity_handle(task_token=base64.b64decode(rec.task_token))
-        try:
-            await handle.fail(error)
-        except Exception as e:  # it ended meanwhile, or was recovered by another watcher
-            log.info("turn %s: attempt not failed: %r", rec.workflow_id, e)
 
     def _warn(self, message: str, error: BaseException) -> None:
         now = time.monotonic()
