@@ -18,11 +18,9 @@ import json
 import os
 from typing import Any
 
-from mcp.server.context import ServerRequestContext
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CancelledNotificationParams, ImageContent, TextContent, ToolAnnotations
-
-server = MCPServer("durable-turns-test")
 
 
 def _log(tool: str, ctx: Context | None = None, **extra: Any) -> None:
@@ -34,6 +32,19 @@ def _log(tool: str, ctx: Context | None = None, **extra: Any) -> None:
     line = {"tool": tool, "pid": os.getpid(), "request": request, "meta": meta, **extra}
     with open(path, "a") as f:
         f.write(json.dumps(line, default=str) + "\n")
+
+
+async def _cancels_logged(
+    ctx: ServerRequestContext[Any, Any], call_next: CallNext
+) -> HandlerResult:
+    """Middleware: a client's ``notifications/cancelled`` is logged, then handled as usual."""
+    if ctx.method == "notifications/cancelled" and ctx.request_id is None:
+        params = CancelledNotificationParams.model_validate(ctx.params or {})
+        _log("notifications/cancelled", request=str(params.request_id), reason=params.reason)
+    return await call_next(ctx)
+
+
+server = MCPServer("durable-turns-test", middleware=[_cancels_logged])
 
 
 @server.tool(annotations=ToolAnnotations(read_only_hint=True))
@@ -85,17 +96,6 @@ async def touch(path: str, ctx: Context) -> str:
     """No annotations: the MCP spec's defaults make it destructive."""
     _log("touch", ctx, path=path)
     return f"touched {path}"
-
-
-async def _cancelled(
-    ctx: ServerRequestContext[Any, Any], params: CancelledNotificationParams
-) -> None:
-    _log("notifications/cancelled", request=str(params.request_id), reason=params.reason)
-
-
-server._lowlevel_server.add_notification_handler(
-    "notifications/cancelled", CancelledNotificationParams, _cancelled
-)
 
 
 _WIRE = os.dup(1)
