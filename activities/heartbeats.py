@@ -109,7 +109,10 @@ class _SharingOutbound(ActivityOutboundInterceptor):
 
     def heartbeat(self, *details: Any) -> None:
         if _running_loop() is not self.loop:
-            self.loop.call_soon_threadsafe(functools.partial(self.heartbeat, *details))
+            try:
+                self.loop.call_soon_threadsafe(functools.partial(self.heartbeat, *details))
+            except RuntimeError:  # the worker's loop is closed: the activity is long over
+                pass
             return
         self.beats += 1
         super().heartbeat(*details, {**share(), "beats": self.beats})

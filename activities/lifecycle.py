@@ -36,6 +36,7 @@ from temporalio import activity
 from durable_turns.activities import heartbeats, isolation
 from durable_turns.activities.errors import hook_failure
 from durable_turns.contract import TurnRef
+from durable_turns.entry import ends_on_leave
 from durable_turns.hooks.base import TurnHooks, overrides
 from durable_turns.hooks.extensions import (
     Extensions,
@@ -112,18 +113,9 @@ _executor: ThreadPoolExecutor | None = None
 def hook_executor() -> ThreadPoolExecutor:
     global _executor
     if _executor is None:
-        _executor = ThreadPoolExecutor(HOOK_THREADS, thread_name_prefix="turns-hook")
+        pool = ThreadPoolExecutor(HOOK_THREADS, thread_name_prefix="turns-hook")
+        _executor = ends_on_leave(pool)  # its idle threads end when the process leaves
     return _executor
-
-
-def release_hook_threads() -> None:
-    """Tell the hook threads to end once their calls have (a process that stops working): an
-    idle one otherwise waits for work for ever, and a process that joins its threads before
-    it exits (``durable_turns.entry.leave``) with it. A later hook gets new threads."""
-    global _executor
-    if _executor is not None:
-        _executor.shutdown(wait=False)
-        _executor = None
 
 
 async def run_hook(name: str, fn: Callable[..., Any], *args: Any) -> Any:

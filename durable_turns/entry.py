@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
 import os
 import sys
 import threading
 import traceback
 from collections.abc import Callable, Coroutine
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 
 def run(main: Coroutine[Any, Any, Any]) -> NoReturn:
@@ -33,8 +34,9 @@ def run(main: Coroutine[Any, Any, Any]) -> NoReturn:
     returns None, its return value when that is an int; the code of a ``SystemExit`` it
     raises; 1, with the traceback on stderr, for any other exception; 130 on Ctrl-C.
     Make it the last line of a script: nothing after it runs. Shut down a
-    ``ThreadPoolExecutor`` of the script's own first (``with`` does): the interpreter's exit
-    tells its idle threads to end, and no public API lets :func:`leave` do the same.
+    ``ThreadPoolExecutor`` of the script's own first (``with`` does, or register it with
+    :func:`ends_on_leave`): the interpreter's exit tells every pool's idle threads to end,
+    and no public API lets :func:`leave` find them.
     """
     call(lambda: asyncio.run(main))
 
@@ -70,9 +72,28 @@ def exit_status(value: object) -> int:
     return 1
 
 
+_Pool = TypeVar("_Pool", bound=concurrent.futures.Executor)
+
+_POOLS: list[concurrent.futures.Executor] = []
+"""The pools :func:`leave` shuts down before it joins the threads (``ends_on_leave``)."""
+
+
+def ends_on_leave(pool: _Pool) -> _Pool:
+    """Have :func:`leave` shut ``pool`` down (its calls finish, its idle threads end) before
+    it joins the process's threads, as the interpreter's exit does for every
+    ``ThreadPoolExecutor``; returns ``pool``. For the engine's own long-lived pools (the
+    plain-``def`` hooks', tools' and extensions'): an idle pool thread otherwise waits for
+    work for ever, and ``leave`` with it."""
+    _POOLS.append(pool)
+    return pool
+
+
 def leave(code: int) -> NoReturn:
     """End the process with ``code`` in an orderly way, without the interpreter's teardown:
-    non-daemon threads joined, ``atexit`` handlers run, stdout and stderr flushed."""
+    the pools of :func:`ends_on_leave` shut down, non-daemon threads joined, ``atexit``
+    handlers run, stdout and stderr flushed."""
+    for pool in _POOLS:
+        pool.shutdown(wait=False)
     current = threading.current_thread()
     for thread in threading.enumerate():
         if thread is not current and not thread.daemon:

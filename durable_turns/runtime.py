@@ -40,7 +40,6 @@ from durable_turns import entry, eventloop
 from durable_turns._temporal.interceptors import answerable_bytes, update_bound
 from durable_turns._temporal.plugin import DurableTurnsPlugin
 from durable_turns.activities.heartbeats import worker_options
-from durable_turns.activities.lifecycle import release_hook_threads
 from durable_turns.codec import data_converter_from_env
 from durable_turns.config import Settings, mask_url
 from durable_turns.contract import SEARCH_ATTRIBUTES
@@ -50,7 +49,7 @@ from durable_turns.hooks import TurnHooks
 from durable_turns.mcp import McpPool, McpServerConfig
 from durable_turns.mcp import servers_from as mcp_servers
 from durable_turns.store import TranscriptStore
-from durable_turns.tools import ToolRegistry, release_sync_tool_threads
+from durable_turns.tools import ToolRegistry
 from durable_turns.transforms import transform_names
 from durable_turns.user_code import load_hooks, load_tools, load_user_transforms
 from durable_turns.workflows.conversation import ConversationWorkflow
@@ -382,10 +381,6 @@ async def serve(settings: Settings) -> None:
         ):
             print("\n".join(ready_lines(settings, hooks, tools, server, mcp)), flush=True)
             await stop.wait()
-    # the plain-def hooks' and tools' threads end once idle, as the interpreter's exit would
-    # tell them to; the process leaves through entry.leave, which joins them
-    release_hook_threads()
-    release_sync_tool_threads()
     print("worker stopped", flush=True)
 
 

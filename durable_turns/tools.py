@@ -49,6 +49,7 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, create_model
 
+from durable_turns.entry import ends_on_leave
 from durable_turns.errors import ToolFailed as ToolFailed
 from durable_turns.messages import ToolSpec
 
@@ -166,17 +167,9 @@ _executor: ThreadPoolExecutor | None = None
 def sync_tool_executor() -> ThreadPoolExecutor:
     global _executor
     if _executor is None:
-        _executor = ThreadPoolExecutor(SYNC_TOOL_THREADS, thread_name_prefix="turns-tool")
+        pool = ThreadPoolExecutor(SYNC_TOOL_THREADS, thread_name_prefix="turns-tool")
+        _executor = ends_on_leave(pool)  # its idle threads end when the process leaves
     return _executor
-
-
-def release_sync_tool_threads() -> None:
-    """Tell the sync tools' threads to end once their calls have (as
-    ``activities.lifecycle.release_hook_threads`` does for hooks)."""
-    global _executor
-    if _executor is not None:
-        _executor.shutdown(wait=False)
-        _executor = None
 
 
 def _thread_safe(heartbeat: Callable[..., None]) -> Callable[..., None]:

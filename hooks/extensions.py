@@ -50,6 +50,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from durable_turns.entry import ends_on_leave
 from durable_turns.hooks.types import (
     SAMPLING,
     StepResult,
@@ -93,7 +94,8 @@ _executor: ThreadPoolExecutor | None = None
 def _threads() -> ThreadPoolExecutor:
     global _executor
     if _executor is None:
-        _executor = ThreadPoolExecutor(EXTENSION_THREADS, thread_name_prefix="turns-ext")
+        pool = ThreadPoolExecutor(EXTENSION_THREADS, thread_name_prefix="turns-ext")
+        _executor = ends_on_leave(pool)  # its idle threads end when the process leaves
     return _executor
 
 

@@ -247,7 +247,7 @@ async def test_on_chat_response_that_kills_its_worker_is_given_up(harness: Harne
         )
         # each death was found by the next worker's liveness watch, not its heartbeat timeout
         found = [line for w in workers for line in w.log_tail(100_000).splitlines()]
-        lost = [line for line in found if "on_chat_response attempt" in line]
+        lost = [line for line in found if "liveness: turn" in line and "on_chat_response:" in line]
         assert len(lost) == responses and all("no liveness beat" in line for line in lost)
         # and its turn's stream, finished before, got no recovering event
         streams = await chunk_backend(harness)

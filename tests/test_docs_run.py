@@ -220,3 +220,22 @@ def test_run_exits_with_the_scripts_own_status(
     assert out.stdout.startswith("buffered ") and stdout in out.stdout
     assert "after run" not in out.stdout
     assert stderr in out.stderr and out.stderr.rstrip().endswith("atexit ran")
+
+
+def test_a_pool_that_ends_on_leave_does_not_hold_the_exit(tmp_path: Path) -> None:
+    """``leave`` joins the process's threads; an idle ``ThreadPoolExecutor`` thread waits for
+    work for ever unless its pool is shut down first, as ``entry.ends_on_leave`` has it (the
+    engine's hook, tool and extension pools: a worker that had run a plain-def hook hung
+    after "worker stopped")."""
+    script = tmp_path / "pool.py"
+    script.write_text(
+        "import concurrent.futures\n"
+        "from durable_turns import entry\n"
+        "pool = entry.ends_on_leave(concurrent.futures.ThreadPoolExecutor(2))\n"
+        "print(pool.submit(lambda: 'ran in the pool').result())\n"
+        "entry.call(lambda: None)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=30, cwd=tmp_path
+    )
+    assert (out.returncode, out.stdout) == (0, "ran in the pool\n"), out.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ from durable_turns.web.requests import BadRequest, parse_chat_request
 from durable_turns.workflows.conversation import ConversationWorkflow
 from durable_turns.workflows.intake import Rejected, decode
 from testkit import fuzz_targets
-from testkit.fuzz_targets import TARGETS, Target, workflow_context
+from testkit.fuzz_targets import TARGETS, ContractBroken, Target, within, workflow_context
 
 CI = settings(
     deadline=None,
@@ -220,3 +221,19 @@ def test_a_key_written_where_its_id_goes_is_not_shown(spec: str) -> None:
         for piece in entry.split(":"):
             if len(piece) >= 12:
                 assert piece not in str(caught.value)
+
+
+def test_an_examples_budget_is_its_cpu_and_a_hang_is_its_wall_time() -> None:
+    """``within``: work past the CPU budget breaks the contract, and so does a wait past the
+    hang bound; a wait longer than the CPU budget alone (the machine busy with other work,
+    the example waiting for a core) does not."""
+    with pytest.raises(ContractBroken, match="unbounded work"):
+        with within(budget_s=0.05, hang_s=10):
+            deadline = time.process_time() + 0.2
+            while time.process_time() < deadline:
+                pass
+    with pytest.raises(ContractBroken, match="a hang"):
+        with within(budget_s=0.05, hang_s=0.1):
+            time.sleep(0.2)
+    with within(budget_s=0.05, hang_s=10):
+        time.sleep(0.2)

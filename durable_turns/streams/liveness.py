@@ -231,13 +231,12 @@ class Liveness:
             self.backend.attempt_started(self.worker, key, record.body())
         )
         self._keep(started)
-        if written_first:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(started), RECORD_WAIT_S)
         task = asyncio.current_task()
         if task is not None:
             self._mine[key] = (record, task)
         try:
+            if written_first:  # never cancels the write nor raises its error; a cancel passes
+                await asyncio.wait({started}, timeout=RECORD_WAIT_S)
             yield
         except asyncio.CancelledError:
             if key not in self._handed or task is None:
@@ -366,14 +365,9 @@ class Liveness:
 
     async def _fail(self, rec: AttemptRecord, worker: str, turns: int, silent_s: float) -> None:
         message = LOST_MESSAGE.format(silent_s)
-        log.warning(
-            "turn %s: %s attempt %d: %s %s",
-            rec.workflow_id,
-            rec.what,
-            rec.attempt,
-            worker,
-            message,
-        )
+        # on_chat_response's attempts are the conversation's to count; its record has none
+        counted = "" if rec.stage == CHAT_RESPONSE_STAGE else f" attempt {rec.attempt}"
+        log.warning("turn %s: %s%s: %s %s", rec.workflow_id, rec.what, counted, worker, message)
         details = {SHARE_KEY: worker, "turns": turns, LOST_AT_ONCE_KEY: True}
         error = ApplicationError(message, details, type=WORKER_LOST)
         await self._end_attempt(rec, "worker_lost", error)
