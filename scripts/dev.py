@@ -85,13 +85,14 @@ def say_where_the_commands_are() -> None:
     )
 
 
-PARALLEL = ["-n", os.environ.get("TURNS_TEST_PROCESSES", "6"), "--dist", "worksteal"]
-"""How ``test`` runs pytest unless told otherwise (``-n``, or ``-p no:xdist``): six pytest
+PARALLEL = ["-n", os.environ.get("TURNS_TEST_PROCESSES", "4"), "--dist", "worksteal"]
+"""How ``test`` runs pytest unless told otherwise (``-n``, or ``-p no:xdist``): four pytest
 processes, each with a Temporal dev server, replay server and workers of its own (the
 fixtures are per process, the stores per test). Most of a test's time is waiting on
-processes, timers and timeouts, so six keep a 2-core machine busy (the suite took 12.7
-minutes there, against 15.4 with four); ``TURNS_TEST_PROCESSES=0`` runs the suite in one
-process."""
+processes and timers, so four keep a 2-core machine busy. Six took 12.7 minutes against
+15.4, but starved the tests' servers: a gRPC call took 8 s and a model step missed its 2 s
+test heartbeat timeout in one of three runs. ``TURNS_TEST_PROCESSES=0`` runs the suite in
+one process."""
 
 
 def pytest_args(rest: list[str]) -> list[str]:
