@@ -27,7 +27,6 @@ import contextvars
 import functools
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
@@ -36,7 +35,7 @@ from temporalio import activity
 from durable_turns.activities import heartbeats, isolation
 from durable_turns.activities.errors import hook_failure
 from durable_turns.contract import TurnRef
-from durable_turns.entry import ends_on_leave
+from durable_turns.entry import lazy_pool
 from durable_turns.hooks.base import TurnHooks, overrides
 from durable_turns.hooks.extensions import (
     Extensions,
@@ -107,15 +106,8 @@ async def call_hook(value: Any) -> Any:
 
 HOOK_THREADS = 16
 """At most this many plain-``def`` hooks run at once on a worker; more wait for a thread."""
-_executor: ThreadPoolExecutor | None = None
-
-
-def hook_executor() -> ThreadPoolExecutor:
-    global _executor
-    if _executor is None:
-        pool = ThreadPoolExecutor(HOOK_THREADS, thread_name_prefix="turns-hook")
-        _executor = ends_on_leave(pool)  # its idle threads end when the process leaves
-    return _executor
+hook_executor = lazy_pool(HOOK_THREADS, "turns-hook")
+"""The plain-``def`` hooks' pool, made on first use."""
 
 
 async def run_hook(name: str, fn: Callable[..., Any], *args: Any) -> Any:

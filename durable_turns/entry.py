@@ -88,6 +88,24 @@ def ends_on_leave(pool: _Pool) -> _Pool:
     return pool
 
 
+def lazy_pool(threads: int, name: str) -> Callable[[], concurrent.futures.ThreadPoolExecutor]:
+    """A long-lived pool of the process (at most ``threads`` threads named ``name``-N): the
+    function returned gives it, made on first use and ended by :func:`leave`
+    (:func:`ends_on_leave`)."""
+    made: list[concurrent.futures.ThreadPoolExecutor] = []
+
+    def pool() -> concurrent.futures.ThreadPoolExecutor:
+        if not made:
+            made.append(
+                ends_on_leave(
+                    concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix=name)
+                )
+            )
+        return made[0]
+
+    return pool
+
+
 def leave(code: int) -> NoReturn:
     """End the process with ``code`` in an orderly way, without the interpreter's teardown:
     the pools of :func:`ends_on_leave` shut down, non-daemon threads joined, ``atexit``

@@ -43,13 +43,12 @@ import functools
 import importlib
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
 from pydantic import BaseModel, create_model
 
-from durable_turns.entry import ends_on_leave
+from durable_turns.entry import lazy_pool
 from durable_turns.errors import ToolFailed as ToolFailed
 from durable_turns.messages import ToolSpec
 
@@ -161,15 +160,8 @@ _EMPTY_INPUT = create_model("EmptyInput")
 
 SYNC_TOOL_THREADS = 32
 """At most this many plain-``def`` tools run at once on a worker; more wait for a thread."""
-_executor: ThreadPoolExecutor | None = None
-
-
-def sync_tool_executor() -> ThreadPoolExecutor:
-    global _executor
-    if _executor is None:
-        pool = ThreadPoolExecutor(SYNC_TOOL_THREADS, thread_name_prefix="turns-tool")
-        _executor = ends_on_leave(pool)  # its idle threads end when the process leaves
-    return _executor
+sync_tool_executor = lazy_pool(SYNC_TOOL_THREADS, "turns-tool")
+"""The plain-``def`` tools' pool, made on first use."""
 
 
 def _thread_safe(heartbeat: Callable[..., None]) -> Callable[..., None]:

@@ -45,12 +45,11 @@ import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from durable_turns.entry import ends_on_leave
+from durable_turns.entry import lazy_pool
 from durable_turns.hooks.types import (
     SAMPLING,
     StepResult,
@@ -88,15 +87,8 @@ MERGED_FIELDS = ("headers", "provider_options")
 
 
 EXTENSION_THREADS = 8
-_executor: ThreadPoolExecutor | None = None
-
-
-def _threads() -> ThreadPoolExecutor:
-    global _executor
-    if _executor is None:
-        pool = ThreadPoolExecutor(EXTENSION_THREADS, thread_name_prefix="turns-ext")
-        _executor = ends_on_leave(pool)  # its idle threads end when the process leaves
-    return _executor
+_threads = lazy_pool(EXTENSION_THREADS, "turns-ext")
+"""The plain-``def`` extensions' pool, made on first use."""
 
 
 class Extension:
