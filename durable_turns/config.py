@@ -256,7 +256,7 @@ class Settings:
     tools, hooks, ``on_chunk`` and stream transforms run on, one call per loop while there are
     enough, so one that blocks delays only its own turn; 0 runs them on the worker's loop
     (at most 256)."""
-    loop_coalesce_ms: int = 10
+    loop_coalesce_ms: int = 20
     """TURNS_LOOP_COALESCE_MS: while the worker's event loop is busy (its I/O events coming
     more than twice per interval), it waits for I/O at most once per this many ms and handles
     what came meanwhile in one wake-up (each wake-up of a waiting thread costs CPU of its own:
@@ -321,7 +321,7 @@ class Settings:
             ),
             http_shutdown_grace_s=float(_env("TURNS_HTTP_SHUTDOWN_GRACE_S", "5") or 0),
             user_loops=int(_env("TURNS_USER_LOOPS", "32") or 0),
-            loop_coalesce_ms=int(_env("TURNS_LOOP_COALESCE_MS", "10") or 0),
+            loop_coalesce_ms=int(_env("TURNS_LOOP_COALESCE_MS", "20") or 0),
             workflow_sandbox=_on_off("TURNS_WORKFLOW_SANDBOX", False),
             message_concurrency=_env("TURNS_MESSAGE_CONCURRENCY") or None,
             debounce_ms=int(ms) if (ms := _env("TURNS_DEBOUNCE_MS")) else None,

@@ -171,4 +171,4 @@ def test_zero_is_the_default_loop_and_the_setting_is_bounded(
     monkeypatch.setenv("TURNS_LOOP_COALESCE_MS", "0")
     assert Settings.from_env().loop_coalesce_ms == 0
     monkeypatch.delenv("TURNS_LOOP_COALESCE_MS")
-    assert Settings.from_env().loop_coalesce_ms == 10
+    assert Settings.from_env().loop_coalesce_ms == 20
