@@ -29,8 +29,11 @@ turn's first, the gap since the token before it as its reader got it, minus the 
 median over ``--rounds`` rounds of the per-round p99 is ≤ 100 ms (a level that is not
 gets as many rounds again, and the median is over all of them: a shared machine's spike
 does not end the search), the turns keep pace
-(the p99 of how late a token is against the turn's first token plus k/60 s is ≤ 1 s) and
-every turn completed. Levels double until one is not sustained, then ``--refine`` bisection
+(the p99 of how late a token is against the turn's first token plus k/60 s is ≤ 1 s), the
+turns stream together (at some moment at least 90 % of them were between their first and
+last token: turns the server or the worker started one after another do not count as
+concurrent) and every turn completed. Each level also reports the p99 of a turn's wait for
+its first token past the mock's 400 ms, from its request. Levels double until one is not sustained, then ``--refine`` bisection
 steps between the last sustained level and the first that is not. The capacity is the
 highest sustained level; the ratio is durable-turns' over the floor's (issue 36: ≥ 0.5×).
 
@@ -74,7 +77,7 @@ from bench.common import (
     write_results,
 )
 from bench.cost import Floor, sdk_text_deltas
-from bench.cost_run import paced
+from bench.cost_run import FIRST_TOKEN_S, paced
 from bench.scale import TOKEN, Redis, turn_arrivals
 
 MODEL = "claude-sonnet-4-5"
@@ -83,6 +86,8 @@ BOUND_S = 0.100
 """Issue 36: added inter-token latency p99 ≤ 100 ms."""
 PACE_BOUND_S = 1.0
 """A level whose tokens fall behind the mock's pace by more than this (p99) is not sustained."""
+TOGETHER = 0.9
+"""A level is sustained only if at some moment this share of its turns streamed at once."""
 TARGET = 0.5
 """Issue 36: durable-turns sustains ≥ 0.5× the direct SDK loop's turns."""
 SPREAD_S = 1.0
@@ -109,14 +114,25 @@ def added_latency(arrivals: list[tuple[int, float]]) -> tuple[list[float], list[
     return gaps, late
 
 
-def summary(turns: list[list[tuple[int, float]]], tokens: int, completed: int) -> dict[str, Any]:
-    """One round's figures from every turn's (token index, arrival) pairs."""
+Turn = tuple[float, list[tuple[int, float]]]
+"""One turn of a round: when it was requested and its tokens' (index, arrival) pairs
+(``time.perf_counter``, of the process that read it)."""
+
+
+def summary(turns: list[Turn], tokens: int, completed: int) -> dict[str, Any]:
+    """One round's figures from every turn's request time and (token index, arrival) pairs."""
     gaps: list[float] = []
     late: list[float] = []
-    for arrivals in turns:
+    waits: list[float] = []
+    spans: list[tuple[float, float]] = []
+    for sent, arrivals in turns:
         g, lt = added_latency(arrivals)
         gaps += g
         late += lt
+        if arrivals:
+            first, last = min(t for _, t in arrivals), max(t for _, t in arrivals)
+            waits.append(first - sent - FIRST_TOKEN_S)
+            spans.append((first, last))
     return {
         "turns": len(turns),
         "completed": completed,
@@ -125,7 +141,19 @@ def summary(turns: list[list[tuple[int, float]]], tokens: int, completed: int) -
         "gap_p50_ms": round(percentile(gaps, 50) * 1000, 1),
         "gap_p99_ms": round(percentile(gaps, 99) * 1000, 1),
         "late_p99_ms": round(percentile(late, 99) * 1000, 1),
+        "wait_p99_ms": round(percentile(waits, 99) * 1000, 1) if waits else float("inf"),
+        "together": round(most_at_once(spans) / max(len(turns), 1), 3),
     }
+
+
+def most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The most of ``spans`` (first, last token) open at one moment."""
+    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans], key=lambda e: e[0])
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
 
 
 # --- the floor: the direct SDK loop in a process of its own -------------------------------------
@@ -136,13 +164,14 @@ def floor_main(base_url: str) -> None:
     concurrent raw streams of the mock's reply; answers one line of JSON (``summary``)."""
     import anthropic
 
-    async def one(sdk: Any, delay: float) -> list[tuple[int, float]]:
+    async def one(sdk: Any, delay: float) -> Turn:
         await asyncio.sleep(delay)
+        sent = time.perf_counter()
         arrivals: list[tuple[int, float]] = []
         async for text in sdk_text_deltas(sdk):
             now = time.perf_counter()
             arrivals += [(int(k), now) for k in TOKEN.findall(text)]
-        return arrivals
+        return sent, arrivals
 
     with asyncio.Runner() as runner:
         sdk = anthropic.AsyncAnthropic(base_url=base_url, api_key="bench-key", max_retries=0)
@@ -155,7 +184,7 @@ def floor_main(base_url: str) -> None:
                 return await asyncio.gather(*(one(sdk, d) for d in delays), return_exceptions=True)
 
             done = runner.run(streams())
-            ok = [a for a in done if isinstance(a, list)]
+            ok = [a for a in done if isinstance(a, tuple)]
             print(json.dumps(summary(ok, tokens, len(ok))), flush=True)
 
 
@@ -180,12 +209,13 @@ async def engine_round(turns: Any, n: int, tokens: int, pool: str) -> dict[str, 
     """A next turn on each of N conversations (``pool``-0 … ``pool``-(N−1): warm after the
     first round that used them), started within ``SPREAD_S``; each read to its end."""
 
-    async def one(conversation: str) -> tuple[list[tuple[int, float]], bool]:
+    async def one(conversation: str) -> tuple[Turn, bool]:
         await asyncio.sleep(random.uniform(0, SPREAD_S))
+        sent = time.perf_counter()
         started = await turns.start(conversation, "Tell me a story.")
         arrivals = await turn_arrivals(turns, conversation, started)
         result = await turns.result(conversation, started)
-        return arrivals, result.status == "completed"
+        return (sent, arrivals), result.status == "completed"
 
     limit = tokens / TOKENS_PER_S + 120
     done = await asyncio.wait_for(
@@ -214,6 +244,7 @@ def sustained(rounds: list[dict[str, Any]]) -> bool:
     return (
         median(r["gap_p99_ms"] for r in rounds) <= BOUND_S * 1000
         and median(r["late_p99_ms"] for r in rounds) <= PACE_BOUND_S * 1000
+        and median(r["together"] for r in rounds) >= TOGETHER
         and all(r["completed"] == r["turns"] for r in rounds)
     )
 
@@ -243,6 +274,8 @@ class Search:
             "gap_p99_ms": median(r["gap_p99_ms"] for r in rounds),
             "gap_p50_ms": median(r["gap_p50_ms"] for r in rounds),
             "late_p99_ms": median(r["late_p99_ms"] for r in rounds),
+            "wait_p99_ms": median(r["wait_p99_ms"] for r in rounds),
+            "together": median(r["together"] for r in rounds),
             **{
                 k: median(r.get(k, 0) for r in rounds)
                 for k in ("cpu_share", "mock_cpu", "server_cpu", "bench_cpu")
@@ -416,7 +449,9 @@ async def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any], dict
                     r = searches[name].results[n]
                     print(
                         f"[{name}] {n} turns: gap p99 {r['gap_p99_ms']} ms, late p99"
-                        f" {r['late_p99_ms']} ms, core {r['cpu_share']:.0%}, mock"
+                        f" {r['late_p99_ms']} ms, first-token wait p99 {r['wait_p99_ms']} ms,"
+                        f" at once {r['together']:.0%},"
+                        f" core {r['cpu_share']:.0%}, mock"
                         f" {r['mock_cpu']:.0%}, server {r['server_cpu']:.0%}, reader"
                         f" {r['bench_cpu']:.0%}, "
                         + ("sustained" if r["sustained"] else "NOT sustained")
@@ -468,6 +503,8 @@ def failed_round(n: int, e: BaseException) -> dict[str, Any]:
         "gap_p99_ms": float("inf"),
         "gap_p50_ms": float("inf"),
         "late_p99_ms": float("inf"),
+        "wait_p99_ms": float("inf"),
+        "together": 0.0,
         "error": f"{type(e).__name__}: {e}",
     }
 
@@ -490,7 +527,8 @@ def rows_of(raw: dict[str, Any]) -> list[Row]:
         )
         return (
             f"at {best} turns: gap p50 {r['gap_p50_ms']:g} ms, p99 {r['gap_p99_ms']:g} ms,"
-            f" late p99 {r['late_p99_ms']:g} ms, its core {r['cpu_share']:.0%} busy{beyond}"
+            f" late p99 {r['late_p99_ms']:g} ms, first-token wait p99 {r['wait_p99_ms']:g} ms,"
+            f" {r['together']:.0%} at once, its core {r['cpu_share']:.0%} busy{beyond}"
         )
 
     rows = [
@@ -528,15 +566,16 @@ def rows_of(raw: dict[str, Any]) -> list[Row]:
 
 def levels_table(raw: dict[str, Any]) -> str:
     lines = [
-        "| system | turns | added gap p50 | added gap p99 | late p99 | its core busy"
-        " | mock · server · reader CPU | sustained |",
-        "|---|---|---|---|---|---|---|---|",
+        "| system | turns | added gap p50 | added gap p99 | late p99 | first-token wait p99"
+        " | most at once | its core busy | mock · server · reader CPU | sustained |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, label in (("floor", "direct SDK loop"), ("engine", "durable-turns")):
         for n, r in sorted(raw["search"][name]["levels"].items()):
             lines.append(
                 f"| {label} | {n} | {r['gap_p50_ms']:g} ms | {r['gap_p99_ms']:g} ms"
-                f" | {r['late_p99_ms']:g} ms | {r['cpu_share']:.0%}"
+                f" | {r['late_p99_ms']:g} ms | {r['wait_p99_ms']:g} ms | {r['together']:.0%}"
+                f" | {r['cpu_share']:.0%}"
                 f" | {r['mock_cpu']:.0%} · {r['server_cpu']:.0%} · {r['bench_cpu']:.0%}"
                 f" | {'yes' if r['sustained'] else 'no'} |"
             )
