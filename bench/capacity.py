@@ -26,16 +26,16 @@ The N turns (streams) of a round start at random times within their first second
 do, not all in the same millisecond. **Added inter-token latency**: per token after a
 turn's first, the gap since the token before it as its reader got it, minus the mock's gap
 (1/60 s); tokens that come in one chunk have a gap of 0. A level is **sustained** when the
-median over ``--rounds`` rounds of the per-round p99 is ≤ 100 ms (a level that is not
-gets as many rounds again, and the median is over all of them: a shared machine's spike
-does not end the search), the turns keep pace
-(the p99 of how late a token is against the turn's first token plus k/60 s is ≤ 1 s), the
-turns stream together (at some moment at least 90 % of them were between their first and
-last token: turns the server or the worker started one after another do not count as
-concurrent) and every turn completed. Each level also reports the p99 of a turn's wait for
-its first token past the mock's 400 ms, from its request. Levels double until one is not sustained, then ``--refine`` bisection
-steps between the last sustained level and the first that is not. The capacity is the
-highest sustained level; the ratio is durable-turns' over the floor's (issue 36: ≥ 0.5×).
+median over ``--rounds`` rounds of the per-round p99 is ≤ 100 ms (a level that is not gets
+as many rounds again, and the median is over all of them: a shared machine's spike does not
+end the search), the turns keep pace (the p99 of how late a token is against the turn's
+first token plus k/60 s is ≤ 1 s), the turns stream together (at some moment at least 90 %
+of them were between their first and last token: turns the server or the worker started one
+after another do not count as concurrent) and every turn completed. Each level also reports
+the p99 of a turn's wait for its first token past the mock's 400 ms, from its request.
+Levels double until one is not sustained, then ``--refine`` bisection steps between the last
+sustained level and the first that is not. The capacity is the highest sustained level; the
+ratio is durable-turns' over the floor's (issue 36: ≥ 0.5×).
 
 Last, one observation: a worker with ``TURNS_MAX_CONCURRENT_ACTIVITIES=2`` gets three turns
 at once; what ``turns state`` (``TurnsClient.state``) says of the third while it waits for

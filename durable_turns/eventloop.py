@@ -13,10 +13,11 @@ it to the engine.
 if nothing is, it sleeps out the rest of the interval and then waits as usual, so what came
 meanwhile is handled in one wake-up. It does so only while the loop is busy: while its I/O
 events came more than twice per interval over the last ten intervals (over 100 a second at
-the default 20 ms; one turn streaming at 60 tokens a second brings about 60, six about 360). A quieter loop (one turn
-streaming, whose tokens and Temporal tasks come one after another) is woken at once by each
-event, as the default loop is; a busy one at most once per interval, and an event waits at
-most that long. Timers keep their time: the sleep never outlasts the wait the loop asked for.
+the default 20 ms; one turn streaming at 60 tokens a second brings about 60, six about 360).
+A quieter loop (one turn streaming, whose tokens and Temporal tasks come one after another)
+is woken at once by each event, as the default loop is; a busy one at most once per
+interval, and an event waits at most that long. Timers keep their time: the sleep never
+outlasts the wait the loop asked for.
 """
 
 from __future__ import annotations
