@@ -71,10 +71,9 @@ from bench.common import (
     median,
     percentile,
     ready_worker,
-    render_text,
+    run_and_write,
     run_meta,
     temporal_server,
-    write_results,
 )
 from bench.cost import Floor, sdk_text_deltas
 from bench.cost_run import FIRST_TOKEN_S, paced
@@ -366,6 +365,20 @@ def engine_base_env(mock_url: str) -> dict[str, str]:
     }
 
 
+def leave_core(core: int, prefix: str, tmp_root: str | None) -> tuple[list[int], set[int], Path]:
+    """The start of a run pinning a system to ``core`` (inside its running task): SIGTERM
+    unwinds it like Ctrl-C (the processes it started are stopped), and this process, with the
+    dev server and the mock it starts, moves to the other cores. Returns every core (read
+    before the move), the others, and a new temporary folder under ``tmp_root``."""
+    task = asyncio.current_task()
+    assert task is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    cores = sorted(os.sched_getaffinity(0))
+    others = set(cores) - {core} or set(cores)
+    os.sched_setaffinity(0, others)
+    return cores, others, Path(tempfile.mkdtemp(prefix=prefix, dir=tmp_root))
+
+
 # --- the run ------------------------------------------------------------------------------------
 
 
@@ -375,13 +388,7 @@ async def run(args: argparse.Namespace) -> tuple[list[Row], dict[str, Any], dict
     from durable_turns.client import TurnsClient
     from durable_turns.codec import data_converter_from_env
 
-    task = asyncio.current_task()
-    assert task is not None  # SIGTERM unwinds like Ctrl-C: the processes below are stopped
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
-    cores = sorted(os.sched_getaffinity(0))
-    others = set(cores) - {args.core} or set(cores)
-    os.sched_setaffinity(0, others)  # this process, the dev server and the mock: not the core
-    tmp = Path(tempfile.mkdtemp(prefix="bench-capacity-", dir=args.tmp))
+    cores, others, tmp = leave_core(args.core, "bench-capacity-", args.tmp)
     load_start = loadavg()
     mock = ReplayServer(tmp)
     floor: PinnedFloor | None = None
@@ -582,6 +589,13 @@ def levels_table(raw: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def layout_arguments(p: argparse.ArgumentParser, out: str) -> None:
+    """The options of a run pinning its systems to one core: ``--core``, ``--tmp``, ``--out``."""
+    p.add_argument("--core", type=int, default=0, help="the core the pinned systems run on")
+    p.add_argument("--tmp", default="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
+    p.add_argument("--out", default=out, help="results stem (bench/results/STEM.md)")
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["floor"]:
@@ -601,21 +615,11 @@ def main(argv: list[str] | None = None) -> None:
         default="sqlite",
         help="the engine's chunk stream (redis: a redis-server of the run's own)",
     )
-    p.add_argument("--core", type=int, default=0, help="the core the worker and floor run on")
-    p.add_argument("--tmp", default="/dev/shm" if os.access("/dev/shm", os.W_OK) else None)
-    p.add_argument("--out", default="capacity", help="results stem (bench/results/STEM.md)")
+    layout_arguments(p, "capacity")
     args = p.parse_args(argv)
     args.levels = [int(x) for x in args.levels.split(",")]
     args.command = " ".join(["python -m bench.capacity", *argv])
-    started = time.monotonic()
-    rows, raw, meta = asyncio.run(run(args))
-    meta["seconds"] = round(time.monotonic() - started)
-    meta["tables"] = [levels_table(raw)]
-    print(render_text(rows))
-    print("\n" + meta["tables"][0])
-    print(f"written: {write_results(meta, rows, raw, args.out)}")
-    sys.stdout.flush()
-    os._exit(0)  # temporalio on 3.11 can crash at interpreter exit
+    run_and_write(lambda: run(args), lambda raw: [levels_table(raw)], args.out)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,12 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History
@@ -148,6 +148,30 @@ def write_results(
     payload = {**meta, "rows": [asdict(r) for r in rows], "raw": raw}
     (RESULTS / f"{stem}.json").write_text(json.dumps(payload, indent=2, default=str) + "\n")
     return RESULTS / f"{stem}.md"
+
+
+Results = tuple[list[Row], dict[str, Any], dict[str, Any]]
+"""What a benchmark's run returns: its rows, its raw figures and its ``meta``."""
+
+
+def run_and_write(
+    run: Callable[[], Coroutine[Any, Any, Results]],
+    tables: Callable[[dict[str, Any]], list[str]],
+    stem: str,
+) -> NoReturn:
+    """Run a benchmark (``asyncio.run(run())``), print its rows and ``tables(raw)``, write
+    ``bench/results/STEM.md`` and ``.json``, and leave the process at once (temporalio on
+    Python 3.11 can crash at interpreter exit)."""
+    started = time.monotonic()
+    rows, raw, meta = asyncio.run(run())
+    meta["seconds"] = round(time.monotonic() - started)
+    meta["tables"] = tables(raw)
+    print(render_text(rows))
+    for table in meta["tables"]:
+        print("\n" + table)
+    print(f"written: {write_results(meta, rows, raw, stem)}")
+    sys.stdout.flush()
+    os._exit(0)
 
 
 # --- the machine -----------------------------------------------------------------------------
