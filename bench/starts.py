@@ -52,6 +52,7 @@ import shutil
 import sys
 import time
 import uuid
+from datetime import UTC
 from typing import Any
 
 from temporalio.api.enums.v1 import EventType
@@ -71,6 +72,7 @@ from bench.common import (
     ReplayServer,
     Row,
     WorkerProcess,
+    activity_spans,
     cpu_seconds,
     event_epoch,
     loadavg,
@@ -101,22 +103,18 @@ def turn_marks(history: WorkflowHistory, model_step: str) -> dict[str, float]:
     """A turn workflow's moments (seconds since the epoch, the server's clock): ``started``,
     its first workflow task's ``task_started`` and ``task_completed``, and its first
     ``model_step``'s ``step_started`` (absent if it never got that far)."""
+    first_of = {
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED: "started",
+        EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED: "task_started",
+        EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED: "task_completed",
+    }
     marks: dict[str, float] = {}
-    scheduled: set[int] = set()
     for event in history.events:
-        kind = event.event_type
-        if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-            marks["started"] = event_epoch(event)
-        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            marks.setdefault("task_started", event_epoch(event))
-        elif kind == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED:
-            marks.setdefault("task_completed", event_epoch(event))
-        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            if event.activity_task_scheduled_event_attributes.activity_type.name == model_step:
-                scheduled.add(event.event_id)
-        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            if event.activity_task_started_event_attributes.scheduled_event_id in scheduled:
-                marks.setdefault("step_started", event_epoch(event))
+        if event.event_type in first_of:
+            marks.setdefault(first_of[event.event_type], event_epoch(event))
+    steps = activity_spans(history, model_step)
+    if steps and "started" in steps[0]:
+        marks["step_started"] = steps[0]["started"].replace(tzinfo=UTC).timestamp()
     return marks
 
 

@@ -58,7 +58,8 @@ WINDOW_INTERVALS = 10
 
 
 class CoalescingSelector(selectors.DefaultSelector):
-    """The platform's default selector, waiting at most once per ``coalesce_s`` while busy."""
+    """The platform's default selector, waiting for network I/O at most once per ``coalesce_s``
+    while busy; local stream sockets (:func:`local_stream`) wake it at once."""
 
     def __init__(self, coalesce_s: float) -> None:
         if coalesce_s <= 0:
